@@ -1,0 +1,14 @@
+"""The check catalog: each check is a small function from a node's facts to findings, registered by id.
+
+Checks are pure (facts + profile in, findings out). ``nvdeploy checks list`` and ``nvdeploy checks show ID``
+print this catalog from the registry, with each check's docstring.
+"""
+
+from __future__ import annotations
+
+from nvdeploy.checks.registry import CHECKS, Check, NodeContext, register
+
+# Importing the modules registers their checks.
+from nvdeploy.checks import driver, gpu, kmsg, memory, system  # noqa: E402,F401  isort: skip
+
+__all__ = ["CHECKS", "Check", "NodeContext", "register"]

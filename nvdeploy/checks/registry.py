@@ -1,0 +1,60 @@
+"""Check registration and the per-node context every check reads from."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from nvdeploy.profiles import Profile
+from nvdeploy.results import CommandResult, ErrorReason, Finding, Remediation, Verdict
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    """What a check may look at: the node's name and vars, its profile, raw results and parsed facts."""
+
+    node: str
+    host_vars: Mapping[str, Any]
+    profile: Profile
+    results: Mapping[str, CommandResult]
+    facts: Mapping[str, Any]
+    evidence: Mapping[str, str] = field(default_factory=dict)
+
+    def finding(self, check: str, verdict: Verdict, summary: str, *, observed: Any = None, expected: Any = None,
+                unit: str = "", gpu: Optional[int] = None, reason: Optional[ErrorReason] = None,
+                remediation: Remediation = Remediation.NONE, collector: Optional[str] = None) -> Finding:
+        return Finding(check=check, verdict=verdict, summary=summary, node=self.node, observed=observed,
+                       expected=expected, unit=unit, gpu=gpu, reason=reason, remediation=remediation,
+                       evidence=self.evidence.get(collector) if collector else None, profile=self.profile.stamp)
+
+
+CheckFunction = Callable[[NodeContext], Sequence[Finding]]
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    domain: str
+    collectors: tuple[str, ...]
+    function: CheckFunction
+    doc: str
+
+    def __call__(self, ctx: NodeContext) -> list[Finding]:
+        return list(self.function(ctx))
+
+
+CHECKS: dict[str, Check] = {}
+
+
+def register(check_id: str, collectors: Sequence[str] = ()) -> Callable[[CheckFunction], CheckFunction]:
+    """Register a check under ``check_id`` (``domain.name``); a duplicate id is a programming error."""
+
+    def wrap(function: CheckFunction) -> CheckFunction:
+        if check_id in CHECKS:
+            raise ValueError(f"duplicate check id {check_id!r}")
+        CHECKS[check_id] = Check(check_id, check_id.split(".", 1)[0], tuple(collectors), function,
+                                 inspect.cleandoc(function.__doc__ or ""))
+        return function
+
+    return wrap

@@ -1,0 +1,211 @@
+"""The command line: a thin click group over library functions.
+
+Exit codes of gate commands: 0 READY, 1 NOT_READY, 2 usage or config error, 3 INCOMPLETE, 130 interrupted
+(143 on SIGTERM). Bad input is one clear message naming file, line and key; never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+
+from nvdeploy import __version__
+from nvdeploy.builtin import data_dir
+from nvdeploy.engine import EngineOptions, Interrupted
+from nvdeploy.hostrange import fold
+from nvdeploy.inventory import Inventory, load_inventory
+from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.record import OutputError
+from nvdeploy.results import ExitCode, NodeResult, Verdict
+from nvdeploy.yamlfile import ConfigError
+
+SUDO_PASSWORD_ENV = "NVDEPLOY_SUDO_PASSWORD"
+
+
+def _fail(message: str, code: int = ExitCode.USAGE) -> "click.exceptions.Exit":
+    click.echo(f"nvdeploy: error: {message}", err=True)
+    return click.exceptions.Exit(code)
+
+
+def resolve_inventory_path(value: str) -> Path:
+    """A path, or the name of a built-in inventory (``demo``) when no such file exists."""
+    path = Path(value)
+    if path.exists():
+        return path
+    try:
+        builtin = data_dir("inventories") / (value if value.endswith(".yaml") else f"{value}.yaml")
+    except FileNotFoundError:
+        return path
+    return builtin if builtin.is_file() else path
+
+
+def _load(inventory: str, limit: Optional[str]) -> tuple[Inventory, ProfileCatalog]:
+    catalog = ProfileCatalog()
+    try:
+        inv = load_inventory(resolve_inventory_path(inventory), catalog)
+        inv = inv.limit(limit)
+    except ConfigError as exc:
+        raise _fail(exc.render()) from None
+    return inv, catalog
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="nvdeploy")
+def cli() -> None:
+    """nvdeploy: install, validate and tune NVIDIA GPU clusters; write readiness reports."""
+
+
+def _summary_lines(nodes: list[NodeResult]) -> list[str]:
+    """One line per group of nodes with the same verdict and the same failing checks, folded into ranges."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for node in nodes:
+        bad = sorted({f"{f.check}" for f in node.findings if f.verdict in (Verdict.FAIL, Verdict.ERROR, Verdict.WARN)})
+        groups.setdefault((node.verdict.value, ", ".join(bad)), []).append(node.name)
+    lines = []
+    for (verdict, bad), names in sorted(groups.items(), key=lambda item: -Verdict(item[0][0]).severity):
+        detail = ""
+        if bad:
+            first = next(n for n in nodes if n.name == names[0])
+            worst = next((f for f in first.findings if f.verdict is first.verdict), None)
+            detail = f"  {bad}" + (f": {worst.summary}" if worst is not None and len(names) == 1 else "")
+        lines.append(f"{verdict:5} {fold(names)}{detail}")
+    return lines
+
+
+def _install_sigterm() -> None:
+    def handler(signum: int, frame: Any) -> None:
+        raise Interrupted(143)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+@cli.command()
+@click.option("-i", "--inventory", required=True, help="Inventory YAML file (or a built-in name such as 'demo').")
+@click.option("--limit", default=None, help="Only these hosts: names, globs, ranges gpu[001-004], groups, !exclude.")
+@click.option("--forks", default=64, show_default=True, type=click.IntRange(1, 1024), help="Nodes checked at once.")
+@click.option("--deadline", type=click.FloatRange(min=1), default=None,
+              help="Global deadline in seconds: no node starts after it; running commands stop at it.")
+@click.option("--out", "out_base", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
+              show_default=True, help="Base folder; the run goes to OUT/<cluster>/<run-id>/.")
+@click.option("--fail-on-warn", is_flag=True, help="Treat WARN as NOT_READY.")
+@click.option("--level", type=click.Choice(["quick"]), default="quick", show_default=True,
+              help="How deep to check (quick: seconds per node, no stress tests).")
+@click.option("--connect-timeout", type=click.FloatRange(min=0.5), default=10.0, show_default=True,
+              help="Seconds to connect and authenticate.")
+@click.option("--accept-new-host-keys", is_flag=True,
+              help="Learn unknown SSH host keys (added to known_hosts). A CHANGED key is always refused.")
+@click.option("--ask-sudo-pass", is_flag=True, help=f"Prompt for the sudo password (or set ${SUDO_PASSWORD_ENV}).")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the verdict and the report path.")
+def validate(inventory: str, limit: Optional[str], forks: int, deadline: Optional[float], out_base: Path,
+             fail_on_warn: bool, level: str, connect_timeout: float, accept_new_host_keys: bool,
+             ask_sudo_pass: bool, quiet: bool) -> None:
+    """Validate every node of INVENTORY and write results.json, report.html and junit.xml.
+
+    Exit 0 READY, 1 NOT_READY, 2 bad input, 3 INCOMPLETE (some node could not be checked), 130 interrupted.
+    """
+    from nvdeploy.phases.validate import run_validate
+
+    inv, catalog = _load(inventory, limit)
+    password = os.environ.get(SUDO_PASSWORD_ENV) or None
+    if ask_sudo_pass:
+        password = click.prompt("sudo password", hide_input=True, err=True)
+    options = EngineOptions(forks=forks, deadline_s=deadline, connect_timeout_s=connect_timeout,
+                            accept_new_host_keys=accept_new_host_keys, sudo_password=password)
+    _install_sigterm()
+    if not quiet:
+        click.echo(f"nvdeploy {__version__}: validating {len(inv.hosts)} node(s) of {inv.cluster} "
+                   f"(level {level}, forks {forks})", err=True)
+    try:
+        outcome = run_validate(inv, catalog, options, out_base, fail_on_warn=fail_on_warn, level=level)
+    except OutputError as exc:
+        raise _fail(str(exc)) from None
+    if not quiet:
+        for line in _summary_lines(list(outcome.run.nodes)):
+            click.echo(line)
+        for finding in outcome.run.cluster_findings:
+            if finding.verdict is not Verdict.PASS:
+                click.echo(f"{finding.verdict.value:5} cluster  {finding.check}: {finding.summary}")
+    click.echo(f"{outcome.run.verdict.value}: {outcome.run.summary()}")
+    click.echo(f"report: {outcome.reports['html']}")
+    raise click.exceptions.Exit(outcome.exit_code)
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def report(run_dir: Path) -> None:
+    """Re-render every report of RUN_DIR from results.json (or results.jsonl after a crash)."""
+    from nvdeploy.phases.validate import rebuild_reports
+
+    try:
+        outcome = rebuild_reports(run_dir)
+    except (FileNotFoundError, OutputError, ValueError, KeyError) as exc:
+        raise _fail(str(exc)) from None
+    click.echo(f"{outcome.run.verdict.value}: {outcome.run.summary()}")
+    click.echo(f"report: {outcome.reports['html']}")
+    raise click.exceptions.Exit(outcome.exit_code)
+
+
+@cli.group("inventory")
+def inventory_group() -> None:
+    """Check and list inventories."""
+
+
+@inventory_group.command("check")
+@click.option("-i", "--inventory", required=True)
+def inventory_check(inventory: str) -> None:
+    """Validate an inventory strictly (keys, types, ranges, profiles); exit 2 on the first problem."""
+    inv, _ = _load(inventory, None)
+    click.echo(f"{inv.path}: OK, {len(inv.hosts)} host(s) in cluster {inv.cluster}")
+
+
+@inventory_group.command("list")
+@click.option("-i", "--inventory", required=True)
+@click.option("--limit", default=None)
+def inventory_list(inventory: str, limit: Optional[str]) -> None:
+    """List the hosts (after --limit) with their connection, address and profile."""
+    inv, _ = _load(inventory, limit)
+    for host in inv.hosts:
+        faults = f" faults={','.join(host.faults)}" if host.faults else ""
+        click.echo(f"{host.name}\t{host.connection}\t{host.address}\t{host.profile}{faults}")
+
+
+@cli.group("checks")
+def checks_group() -> None:
+    """The check catalog."""
+
+
+@checks_group.command("list")
+def checks_list() -> None:
+    from nvdeploy.checks import CHECKS
+
+    for check in CHECKS.values():
+        first = check.doc.splitlines()[0] if check.doc else ""
+        click.echo(f"{check.id:24} {first}")
+
+
+@checks_group.command("show")
+@click.argument("check_id")
+def checks_show(check_id: str) -> None:
+    from nvdeploy.checks import CHECKS
+
+    if check_id not in CHECKS:
+        raise _fail(f"unknown check {check_id!r} (see 'nvdeploy checks list')")
+    check = CHECKS[check_id]
+    click.echo(f"{check.id}  (collectors: {', '.join(check.collectors) or 'none'})\n\n{check.doc}")
+
+
+def main() -> None:
+    try:
+        cli.main(prog_name="nvdeploy", standalone_mode=True)
+    except KeyboardInterrupt:
+        click.echo("nvdeploy: interrupted", err=True)
+        sys.exit(ExitCode.INTERRUPTED)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""Bounded fan-out over hosts: one pipeline per node (connect, collect, parse, evaluate), streamed results.
+
+One node's failure never affects another's result; a hung node costs its own time; Ctrl-C or SIGTERM stops
+launching, aborts what runs, and keeps every finished node.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+from nvdeploy.checks import CHECKS, NodeContext
+from nvdeploy.collect import light_specs
+from nvdeploy.inventory import Host
+from nvdeploy.parse_facts import node_facts, summary_facts
+from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.record import RunRecorder
+from nvdeploy.results import ErrorReason, Finding, NodeResult, Remediation, Verdict
+from nvdeploy.transport.base import Transport, TransportError
+
+QUICK_CHECKS = (
+    "system.sudo", "driver.loaded", "driver.version", "gpu.count", "gpu.model", "gpu.memory", "gpu.pci_visible",
+    "gpu.persistence", "memory.ecc_mode", "memory.ecc_errors", "memory.remapped_rows", "memory.retired_pages",
+    "kmsg.xid",
+)
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    forks: int = 64
+    deadline_s: Optional[float] = None
+    connect_timeout_s: float = 10.0
+    accept_new_host_keys: bool = False
+    sudo_password: Optional[str] = None
+    checks: tuple[str, ...] = QUICK_CHECKS
+
+    def __repr__(self) -> str:  # the password must never reach a log through a repr
+        return (f"EngineOptions(forks={self.forks}, deadline_s={self.deadline_s}, "
+                f"connect_timeout_s={self.connect_timeout_s}, checks={len(self.checks)})")
+
+
+class Interrupted(Exception):
+    """Raised by the CLI's signal handler to stop a run; carries the exit code (130 SIGINT, 143 SIGTERM)."""
+
+    def __init__(self, exit_code: int = 130) -> None:
+        super().__init__(f"interrupted (exit {exit_code})")
+        self.exit_code = exit_code
+
+
+def make_transport(host: Host, catalog: ProfileCatalog, options: EngineOptions) -> Transport:
+    connection = host.connection
+    connect_timeout = float(host.get("connect_timeout", options.connect_timeout_s))
+    if connection == "sim":
+        from nvdeploy.sim.scenario import NodeScenario
+        from nvdeploy.transport.sim import SimTransport
+
+        profile = catalog.get(host.profile or "")
+        sku = catalog.get(host.get("sim_sku")) if host.get("sim_sku") else None
+        scenario = NodeScenario(host.name, profile, tuple(host.faults), sku)
+        return SimTransport(scenario, connect_timeout)
+    if connection == "local":
+        from nvdeploy.transport.local import LocalTransport
+
+        return LocalTransport()
+    from nvdeploy.transport.ssh import SSHTransport
+
+    return SSHTransport(address=host.address, user=host.get("ssh_user"), port=int(host.get("ssh_port", 22)),
+                        key_file=host.get("ssh_key"), known_hosts=host.get("ssh_known_hosts"),
+                        jump=host.get("ssh_jump"), connect_timeout_s=connect_timeout,
+                        accept_new_host_keys=options.accept_new_host_keys, sudo_password=options.sudo_password)
+
+
+def error_node(host: Host, check: str, summary: str, reason: ErrorReason, duration: float = 0.0,
+               remediation: Remediation = Remediation.NONE) -> NodeResult:
+    finding = Finding(check, Verdict.ERROR, summary, node=host.name, reason=reason, remediation=remediation)
+    return NodeResult(host.name, (finding,), address=host.address, profile=host.profile or "",
+                      connection=host.connection, duration_s=duration)
+
+
+class NodeRunner:
+    """Runs one node's pipeline; keeps its transport reachable so an interrupt can abort it."""
+
+    def __init__(self, catalog: ProfileCatalog, options: EngineOptions, recorder: RunRecorder,
+                 deadline_at: Optional[float]) -> None:
+        self.catalog = catalog
+        self.options = options
+        self.recorder = recorder
+        self.deadline_at = deadline_at
+        self.stopping = threading.Event()
+        self._active: dict[str, Transport] = {}
+        self._lock = threading.Lock()
+
+    def abort_all(self) -> None:
+        self.stopping.set()
+        with self._lock:
+            transports = list(self._active.values())
+        for transport in transports:
+            transport.close()
+
+    def run(self, host: Host) -> NodeResult:
+        started = time.monotonic()
+        try:
+            return self._run(host, started)
+        except Exception as exc:  # noqa: BLE001 - a bug on one node must not stop the others
+            return error_node(host, "system.internal", f"nvdeploy internal error: {type(exc).__name__}: {exc}",
+                              ErrorReason.NOT_RUN, time.monotonic() - started, Remediation.INVESTIGATE)
+
+    def _remaining(self) -> Optional[float]:
+        return None if self.deadline_at is None else self.deadline_at - time.monotonic()
+
+    def _run(self, host: Host, started: float) -> NodeResult:
+        if self.stopping.is_set():
+            return error_node(host, "system.reachable", "not started: run interrupted", ErrorReason.INTERRUPTED)
+        remaining = self._remaining()
+        if remaining is not None and remaining <= 0:
+            return error_node(host, "system.reachable", "not started: the global --deadline passed",
+                              ErrorReason.NOT_RUN)
+        profile = self.catalog.get(host.profile or "")
+        transport = make_transport(host, self.catalog, self.options)
+        with self._lock:
+            self._active[host.name] = transport
+        try:
+            try:
+                transport.connect()
+            except TransportError as exc:
+                reason = ErrorReason.INTERRUPTED if self.stopping.is_set() else exc.reason
+                return error_node(host, "system.reachable", exc.detail, reason, time.monotonic() - started,
+                                  Remediation.INVESTIGATE)
+            connected = time.monotonic() - started
+            reach = Finding("system.reachable", Verdict.PASS, f"connected over {host.connection} in {connected:.2f} s",
+                            node=host.name, observed=round(connected, 3), unit="s")
+            results = transport.run_batch(light_specs(host.vars), self._remaining())
+        finally:
+            transport.close()
+            with self._lock:
+                self._active.pop(host.name, None)
+        evidence = self.recorder.write_evidence(host.name, results)
+        by_name = {r.name: r for r in results}
+        facts = node_facts(by_name)
+        ctx = NodeContext(host.name, host.vars, profile, by_name, facts, {e.collector: e.path for e in evidence})
+        findings = [reach]
+        for check_id in self.options.checks:
+            check = CHECKS[check_id]
+            try:
+                findings.extend(check(ctx))
+            except Exception as exc:  # noqa: BLE001 - a check bug is ERROR on that check, not a crash
+                findings.append(Finding(check_id, Verdict.ERROR, f"check crashed: {type(exc).__name__}: {exc}",
+                                        node=host.name, reason=ErrorReason.UNPARSEABLE,
+                                        remediation=Remediation.INVESTIGATE, profile=profile.stamp))
+        return NodeResult(host.name, tuple(findings), address=host.address, profile=profile.stamp,
+                          connection=host.connection, duration_s=time.monotonic() - started,
+                          evidence=tuple(evidence), facts=summary_facts(facts))
+
+
+def run_hosts(hosts: Sequence[Host], runner: NodeRunner, forks: int,
+              on_result: Callable[[NodeResult], None]) -> tuple[dict[str, NodeResult], Optional[Interrupted]]:
+    """Fan out over ``hosts`` with at most ``forks`` at once. Returns results by name and the interrupt, if any.
+
+    Every host gets a result: hosts never started because of an interrupt are ERROR ``interrupted``.
+    """
+    results: dict[str, NodeResult] = {}
+    interrupt: Optional[Interrupted] = None
+    workers = max(1, min(forks, len(hosts)))
+    pool = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nvd-node")
+    futures = {pool.submit(runner.run, host): host for host in hosts}
+    pending = set(futures)
+    try:
+        while pending:
+            done, pending = cf.wait(pending, timeout=0.5, return_when=cf.FIRST_COMPLETED)
+            for future in done:
+                node = future.result()
+                results[node.name] = node
+                on_result(node)
+    except (KeyboardInterrupt, Interrupted) as exc:
+        interrupt = exc if isinstance(exc, Interrupted) else Interrupted(130)
+        runner.abort_all()
+        for future in pending:
+            future.cancel()
+        # Running nodes see their transport closed and return promptly; give them a moment to report.
+        finished, _ = cf.wait([f for f in pending if not f.cancelled()], timeout=5)
+        for future in finished:
+            node = future.result()
+            results[node.name] = node
+            on_result(node)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    for future, host in futures.items():
+        if host.name not in results:
+            results[host.name] = error_node(host, "system.reachable", "not finished: run interrupted",
+                                            ErrorReason.INTERRUPTED)
+    return results, interrupt

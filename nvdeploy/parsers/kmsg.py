@@ -1,0 +1,174 @@
+"""Parse kernel log text (dmesg, ``dmesg -T``, journalctl -k, syslog, /dev/kmsg) for GPU and PCIe faults.
+
+Lines are searched, not anchored, so any timestamp or syslog prefix (``[  888.3]``, ``[Sun Feb 23 16:24:18 2025]``,
+``Oct 30 09:49:36 host kernel:``, ``kern  :err   :``) is accepted. Continuation lines (journalctl's indented
+wrap, GSP RPC history tables, call traces) never start an event. NVSwitch ``SXid`` lines are SXid events and are
+never counted as Xid.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """One ``NVRM: Xid (PCI:dddd:bb:dd): N, ...`` line. ``pci`` as printed without ``PCI:``; ``text`` is the
+    message after the Xid number with ``pid=`` and ``name=`` removed; ``pid`` is None when absent or '<unknown>'."""
+
+    xid: int
+    pci: str | None
+    pid: int | None
+    text: str
+    line: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"xid": self.xid, "pci": self.pci, "pid": self.pid, "text": self.text, "line": self.line}
+
+
+@dataclass(frozen=True)
+class SxidEvent:
+    """One NVSwitch ``SXid`` line. ``device`` is the switch's PCI address, else its ``nvidia-nvswitchN`` name."""
+
+    sxid: int
+    device: str | None
+    text: str
+    line: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sxid": self.sxid, "device": self.device, "text": self.text, "line": self.line}
+
+
+@dataclass(frozen=True)
+class AerEvent:
+    """One PCIe AER error line. ``device`` is the erroring device (the source after ``received:`` when given,
+    else the reporting device); ``severity`` is ``corrected``, ``uncorrected_nonfatal``, ``uncorrected_fatal``,
+    ``uncorrected`` (kind not stated) or None."""
+
+    device: str | None
+    severity: str | None
+    line: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "severity": self.severity, "line": self.line}
+
+
+@dataclass(frozen=True)
+class KmsgFacts:
+    xid_events: tuple[XidEvent, ...] = ()
+    xid_counts: dict[str, int] = field(default_factory=dict)
+    sxid_events: tuple[SxidEvent, ...] = ()
+    aer_events: tuple[AerEvent, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "xid_events": [e.to_dict() for e in self.xid_events],
+            "xid_counts": dict(self.xid_counts),
+            "sxid_events": [e.to_dict() for e in self.sxid_events],
+            "aer_events": [e.to_dict() for e in self.aer_events],
+            "warnings": list(self.warnings),
+        }
+
+
+_XID_RE = re.compile(r"\bXid\s*\(\s*(?:PCI:)?(?P<pci>[^)]*?)\s*\)\s*:\s*(?P<xid>\d+)\b[,:]?\s*(?P<rest>.*)$")
+_SXID_RE = re.compile(
+    r"(?:(?P<dev>nvidia-nvswitch\d*)\s*:\s*)?\bSXid\s*\(\s*(?:PCI:)?(?P<pci>[^)]*?)\s*\)\s*:\s*(?P<sxid>\d+)\b"
+    r"[,:]?\s*(?P<rest>.*)$"
+)
+_PID_RE = re.compile(r"^pid\s*=\s*(?:'?<unknown>'?|'?(?P<pid>\d+)'?|[^,]*)\s*(?:,\s*|$)")
+_NAME_RE = re.compile(r"^name\s*=\s*[^,]*(?:,\s*|$)")
+_PCI_DEV = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
+# Kernels before ~6.2 print "Corrected"/"Uncorrected (Fatal)", later ones "Correctable"/"Uncorrectable (Fatal)".
+_AER_SEVERITY = (
+    (re.compile(r"\bUncorrect(?:ed|able)\s*\(\s*Non-?Fatal\s*\)", re.I), "uncorrected_nonfatal"),
+    (re.compile(r"\bUncorrect(?:ed|able)\s*\(\s*Fatal\s*\)", re.I), "uncorrected_fatal"),
+    (re.compile(r"\bCorrect(?:ed|able)\b", re.I), "corrected"),
+    (re.compile(r"\bUncorrect(?:ed|able)\b", re.I), "uncorrected"),
+)
+_AER_SOURCE_RE = re.compile(r"error (?:message )?received(?:\s+from)?:?\s*(?:id=)?(" + _PCI_DEV + r")", re.I)
+_AER_REPORTER_RE = re.compile(r"(?:^|\s)(" + _PCI_DEV + r"):\s*(?:AER:|PCIe Bus Error)", re.I)
+_LOG_TROUBLE_RE = re.compile(
+    r"read kernel buffer failed|Operation not permitted|No journal files were found|Permission denied", re.I
+)
+_MAX_WARNINGS = 20
+
+
+def _clean_text(text: Any) -> tuple[str, list[str]]:
+    warnings: list[str] = []
+    if text is None:
+        text = ""
+    elif isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", errors="replace")
+    elif not isinstance(text, str):
+        text = str(text)
+    if "\x00" in text:
+        warnings.append("input contained NUL bytes (removed)")
+        text = text.replace("\x00", "")
+    if "\ufffd" in text:
+        warnings.append("input contained undecodable bytes (U+FFFD replacement characters)")
+    return text.replace("\r\n", "\n").replace("\r", "\n"), warnings
+
+
+def _xid_event(match: re.Match[str], line: str) -> XidEvent:
+    rest = match.group("rest").strip()
+    pid: int | None = None
+    pid_match = _PID_RE.match(rest)
+    if pid_match:
+        pid = int(pid_match.group("pid")) if pid_match.group("pid") else None
+        rest = rest[pid_match.end():]
+    name_match = _NAME_RE.match(rest)
+    if name_match:
+        rest = rest[name_match.end():]
+    return XidEvent(int(match.group("xid")), match.group("pci") or None, pid, rest.strip(), line)
+
+
+def _aer_event(line: str) -> AerEvent | None:
+    if "AER" not in line and "PCIe Bus Error" not in line:
+        return None
+    severity = next((name for pattern, name in _AER_SEVERITY if pattern.search(line)), None)
+    if severity is None:  # "AER: enabled with IRQ", per-bit detail lines ("[ 0] RxErr"), status/mask dumps
+        return None
+    source = _AER_SOURCE_RE.search(line) or _AER_REPORTER_RE.search(line)
+    return AerEvent(source.group(1).lower() if source else None, severity, line)
+
+
+def parse_kmsg(text: str) -> KmsgFacts:
+    """Read Xid, SXid and PCIe AER events from kernel log text. Never raises."""
+    text, warnings = _clean_text(text)
+    if not text.strip():
+        return KmsgFacts(warnings=tuple([*warnings, "empty input"]))
+    xids: list[XidEvent] = []
+    sxids: list[SxidEvent] = []
+    aers: list[AerEvent] = []
+    unparsed = 0
+    for raw in text.split("\n"):
+        line = raw.rstrip()
+        if not line.strip():
+            continue
+        sxid = _SXID_RE.search(line)
+        if sxid:
+            device = sxid.group("pci") or sxid.group("dev")
+            sxids.append(SxidEvent(int(sxid.group("sxid")), device or None, sxid.group("rest").strip(), line))
+            continue
+        xid = _XID_RE.search(line)
+        if xid:
+            xids.append(_xid_event(xid, line))
+            continue
+        if re.search(r"\bXid\b", line) and "NVRM" in line:
+            unparsed += 1
+            if unparsed <= _MAX_WARNINGS:
+                warnings.append(f"Xid-like line not understood: {line.strip()[:300]!r}")
+            continue
+        aer = _aer_event(line)
+        if aer is not None:
+            aers.append(aer)
+            continue
+        if _LOG_TROUBLE_RE.search(line) and len(warnings) < _MAX_WARNINGS:
+            warnings.append(f"kernel log may be incomplete: {line.strip()[:300]!r}")
+    counts: dict[str, int] = {}
+    for event in sorted(xids, key=lambda e: e.xid):
+        counts[str(event.xid)] = counts.get(str(event.xid), 0) + 1
+    return KmsgFacts(tuple(xids), counts, tuple(sxids), tuple(aers), tuple(warnings))

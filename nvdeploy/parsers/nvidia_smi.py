@@ -1,0 +1,582 @@
+"""Parse nvidia-smi output: ``-q -x`` (XML), ``-q`` (text), the default table, and ``--query-gpu`` CSV.
+
+All parsers are pure and never raise: odd input gives whatever could be read plus ``warnings``. Every per-GPU
+field is ``None`` when the input does not say (an excerpt, ``N/A``, ``[Not Supported]``, a field the schema
+version lacks). XML and text are first flattened into ``{path: value}`` with snake_case path parts, so that one
+extraction table serves every schema version (DTD v11/v12/v13, the old 418 layout, ``-q`` text).
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+_Tree = dict[tuple[str, ...], str]
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """What nvidia-smi said about one GPU. ``index`` is the nvidia-smi index (None when the input is partial)."""
+
+    index: int | None = None
+    name: str | None = None
+    uuid: str | None = None
+    serial: str | None = None
+    pci_bus_id: str | None = None
+    persistence_mode: bool | None = None
+    ecc_mode: bool | None = None
+    ecc_uncorrectable_volatile: int | None = None
+    ecc_uncorrectable_aggregate: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failure: bool | None = None
+    remapped_rows_uncorrectable: int | None = None
+    retired_pages_pending: bool | None = None
+    retired_pages_double_bit: int | None = None
+    pcie_gen_current: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width_current: int | None = None
+    pcie_width_max: int | None = None
+    memory_total_mib: int | None = None
+    temperature_c: float | None = None
+    power_limit_w: float | None = None
+    default_power_limit_w: float | None = None
+    mig_mode: bool | None = None
+    clocks_event_reasons_active: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["clocks_event_reasons_active"] = list(self.clocks_event_reasons_active)
+        return out
+
+
+@dataclass(frozen=True)
+class SmiFacts:
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    gpu_count_reported: int | None = None
+    gpus: tuple[GpuFacts, ...] = ()
+    warnings: tuple[str, ...] = ()
+    format: str = "text"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(gpus=[g.to_dict() for g in self.gpus], warnings=list(self.warnings))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------- value helpers
+
+_NA_VALUES = {
+    "", "n/a", "na", "not supported", "unknown", "unknown error", "not available", "insufficient permissions",
+    "requested functionality has been deprecated",
+}
+_TRUE = {"enabled", "enable", "yes", "on", "active", "true"}
+_FALSE = {"disabled", "disable", "no", "off", "not active", "inactive", "false"}
+_INT_RE = re.compile(r"[-+]?\d+(?![\d.])")
+_FLOAT_RE = re.compile(r"[-+]?\d+(?:\.\d+)?")
+_BUS_ID_RE = re.compile(r"\b([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\b")
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_FATAL_RE = re.compile(
+    r"NVIDIA-SMI has failed|couldn't communicate with the NVIDIA driver|No devices were found|"
+    r"Failed to initialize NVML|NVML: Driver Not Loaded|Driver/library version mismatch|command not found",
+    re.IGNORECASE,
+)
+_ALERT_RE = re.compile(
+    r"Unable to determine the device handle|GPU requires reset|GPU is lost|infoROM is corrupted|^WARNING:",
+    re.IGNORECASE,
+)
+_REASON_ALIASES = {"idle": "gpu_idle", "display_clock_setting": "display_clocks_setting"}
+
+
+def _clean(value: str | None) -> str | None:
+    if value is None:
+        return None
+    v = value.strip()
+    if len(v) >= 2 and v[0] == "[" and v[-1] == "]":
+        v = v[1:-1].strip()
+    return None if v.lower() in _NA_VALUES else v
+
+
+def _int(value: str | None) -> int | None:
+    v = _clean(value)
+    if v is not None and re.match(r"0[xX][0-9a-fA-F]+$", v.split()[0]):
+        return int(v.split()[0], 16)
+    m = _INT_RE.match(v) if v is not None else None
+    return int(m.group(0)) if m else None
+
+
+def _sum(parts: list[int | None]) -> int | None:
+    known = [p for p in parts if p is not None]
+    return sum(known) if known else None
+
+
+def _float(value: str | None) -> float | None:
+    v = _clean(value)
+    m = _FLOAT_RE.match(v) if v is not None else None
+    return float(m.group(0)) if m else None
+
+
+def _bool(value: str | None) -> bool | None:
+    low = (_clean(value) or "").lower()
+    return True if low in _TRUE else False if low in _FALSE else None
+
+
+def _norm(label: str) -> str:
+    """'SRAM Uncorrectable SEC-DED' -> 'sram_uncorrectable_secded'; XML tags pass through lowercased."""
+    return re.sub(r"[^a-z0-9]+", "_", label.lower().replace("-", "")).strip("_")
+
+
+def _prepare(text: Any) -> tuple[str, list[str]]:
+    """Coerce to str, drop NULs, CRs and ANSI escapes; note what was odd about the input."""
+    warnings: list[str] = []
+    if text is None:
+        text = ""
+    elif isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", errors="replace")
+    elif not isinstance(text, str):
+        text = str(text)
+    if "\x00" in text:
+        warnings.append("input contained NUL bytes (removed)")
+        text = text.replace("\x00", "")
+    if "\ufffd" in text:
+        warnings.append("input contained undecodable bytes (U+FFFD replacement characters)")
+    text = _ANSI_RE.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+    return text, warnings
+
+
+def _fatal(text: str, fmt: str, warnings: list[str]) -> SmiFacts | None:
+    """nvidia-smi error output (driver not loaded, no devices, NVML mismatch): no GPUs, the first line quoted."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for line in lines[:5]:
+        if _FATAL_RE.search(line):
+            msg = f"nvidia-smi reported an error: {lines[0][:300]!r}"
+            return SmiFacts(warnings=tuple([*warnings, msg]), format=fmt)
+    return None
+
+
+def _alerts(text: str) -> list[str]:
+    found = [ln.strip() for ln in text.splitlines() if _ALERT_RE.search(ln.strip())]
+    return [f"nvidia-smi printed: {ln[:300]!r}" for ln in found[:10]]
+
+
+# ------------------------------------------------------------------------------------- tree -> GpuFacts
+
+def _get(tree: _Tree, *paths: tuple[str, ...]) -> str | None:
+    for path in paths:
+        value = _clean(tree.get(path))
+        if value is not None:
+            return value
+    return None
+
+
+def _ecc_uncorrectable(tree: _Tree, kind: str) -> int | None:
+    """Sum uncorrectable ECC counts under ecc_errors/<kind> for every schema: double_bit (<=R470), sram+dram (v11+),
+    sram parity+sec-ded (v13 / 535+ text). Returns None when no count is given."""
+    sub = {path[2:]: value for path, value in tree.items() if path[:2] == ("ecc_errors", kind)}
+    if not sub:
+        return None
+    double = [k for k in sub if k[:1] == ("double_bit",)]
+    if double:
+        total = _int(sub.get(("double_bit", "total")))
+        if total is not None:
+            return total
+        parts = [_int(sub[k]) for k in double]
+    else:
+        sram = _int(sub.get(("sram_uncorrectable",)))
+        if sram is None:  # v13 / 535+ text split SRAM into parity and SEC-DED
+            sram = _sum([_int(v) for k, v in sub.items() if k and k[0].startswith("sram_uncorrectable_")])
+        parts = [sram, _int(sub.get(("dram_uncorrectable",)))]
+    return _sum(parts)
+
+
+def _any_bool(tree: _Tree, *paths: tuple[str, ...]) -> bool | None:
+    values = [_bool(tree.get(p)) for p in paths]
+    if any(v is True for v in values):
+        return True
+    return False if any(v is False for v in values) else None
+
+
+def _reasons(tree: _Tree) -> tuple[str, ...]:
+    out: list[str] = []
+    for path, value in tree.items():
+        if len(path) >= 2 and path[0] in ("clocks_throttle_reasons", "clocks_event_reasons"):
+            name = re.sub(r"^clocks_(?:throttle|event)_reason_", "", path[-1])
+            name = _REASON_ALIASES.get(name, name)
+            if value.strip().lower() == "active" and name not in out:
+                out.append(name)
+    return tuple(out)
+
+
+# GpuFacts field -> (converter, candidate paths). XML tags and -q text labels normalise to these paths; the first
+# candidate holding a real value wins (XML v11+ first, then text, then the old <=418 schema).
+_TREE_FIELDS: tuple[tuple[str, Callable[[str | None], Any], tuple[str, ...]], ...] = (
+    ("name", _clean, ("product_name",)),
+    ("uuid", _clean, ("uuid", "gpu_uuid")),
+    ("serial", _clean, ("serial", "serial_number")),
+    ("pci_bus_id", _clean, ("pci/pci_bus_id", "pci/bus_id")),
+    ("persistence_mode", _bool, ("persistence_mode",)),
+    ("ecc_mode", _bool, ("ecc_mode/current_ecc", "ecc_mode/current")),
+    ("remapped_rows_pending", _bool, ("remapped_rows/remapped_row_pending", "remapped_rows/pending")),
+    ("remapped_rows_failure", _bool,
+     ("remapped_rows/remapped_row_failure", "remapped_rows/remapping_failure_occurred")),
+    ("remapped_rows_uncorrectable", _int, ("remapped_rows/remapped_row_unc", "remapped_rows/uncorrectable_error")),
+    ("retired_pages_double_bit", _int,
+     ("retired_pages/double_bit_retirement/retired_count", "retired_pages/double_bit_ecc")),
+    ("pcie_gen_current", _int,
+     ("pci/pci_gpu_link_info/pcie_gen/current_link_gen", "pci/gpu_link_info/pcie_generation/current")),
+    ("pcie_gen_max", _int, ("pci/pci_gpu_link_info/pcie_gen/max_link_gen", "pci/gpu_link_info/pcie_generation/max")),
+    ("pcie_width_current", _int,
+     ("pci/pci_gpu_link_info/link_widths/current_link_width", "pci/gpu_link_info/link_width/current")),
+    ("pcie_width_max", _int,
+     ("pci/pci_gpu_link_info/link_widths/max_link_width", "pci/gpu_link_info/link_width/max")),
+    ("memory_total_mib", _int, ("fb_memory_usage/total",)),
+    ("temperature_c", _float, ("temperature/gpu_temp", "temperature/gpu_current_temp")),
+    ("power_limit_w", _float, ("gpu_power_readings/current_power_limit", "power_readings/current_power_limit",
+                               "power_readings/power_limit", "power_readings/enforced_power_limit")),
+    ("default_power_limit_w", _float, ("gpu_power_readings/default_power_limit", "power_readings/default_power_limit")),
+    ("mig_mode", _bool, ("mig_mode/current_mig", "mig_mode/current")),
+)
+_RETIRED_PENDING = tuple(("retired_pages", k) for k in (
+    "pending_retirement", "pending_blacklist", "pending_page_blacklist", "pending_page_retirement", "pending"))
+
+
+def _extract(tree: _Tree, table: tuple[tuple[str, Callable[[str | None], Any], tuple[str, ...]], ...]) -> dict:
+    return {name: conv(_get(tree, *(tuple(p.split("/")) for p in paths))) for name, conv, paths in table}
+
+
+def _gpu_from_tree(tree: _Tree, index: int | None, bus_id: str | None) -> GpuFacts:
+    values = _extract(tree, _TREE_FIELDS)
+    values["pci_bus_id"] = values["pci_bus_id"] or _clean(bus_id)
+    return GpuFacts(
+        index=index,
+        ecc_uncorrectable_volatile=_ecc_uncorrectable(tree, "volatile"),
+        ecc_uncorrectable_aggregate=_ecc_uncorrectable(tree, "aggregate"),
+        retired_pages_pending=_any_bool(tree, *_RETIRED_PENDING),
+        clocks_event_reasons_active=_reasons(tree),
+        **values,
+    )
+
+
+def _assemble(fmt: str, driver: str | None, cuda: str | None, count: int | None,
+              sections: list[tuple[_Tree, str | None]], warnings: list[str]) -> SmiFacts:
+    complete = count is not None and count == len(sections)
+    if count is not None and count != len(sections):
+        warnings.append(f"nvidia-smi reports {count} attached GPU(s) but {len(sections)} GPU section(s) are present;"
+                        " GPU index left unset")
+    gpus = tuple(_gpu_from_tree(tree, i if complete else None, bus) for i, (tree, bus) in enumerate(sections))
+    if not gpus and driver is None and count is None:
+        warnings.append("no nvidia-smi data found in input")
+    return SmiFacts(driver, cuda, count, gpus, tuple(warnings), fmt)
+
+
+# ------------------------------------------------------------------------------------------------------ XML
+
+_DOCTYPE_RE = re.compile(r"<!DOCTYPE[^\[>]*(?:\[.*?\])?\s*>", re.DOTALL | re.IGNORECASE)
+_TOP_TAGS = ("driver_version", "cuda_version", "attached_gpus")
+
+
+def _flatten_xml(element: ET.Element) -> _Tree:
+    tree: _Tree = {}
+    stack: list[tuple[ET.Element, tuple[str, ...]]] = [(element, ())]
+    while stack:
+        node, path = stack.pop()
+        kids = list(node)
+        if not kids and path:
+            tree.setdefault(path, (node.text or "").strip())
+        stack.extend((k, (*path, str(k.tag).lower())) for k in reversed(kids))
+    return tree
+
+
+def _salvage_xml_header(body: str) -> dict[str, str]:
+    """Top-level scalars that were complete before a parse error (truncated output)."""
+    found: dict[str, str] = {}
+    parser = ET.XMLPullParser(events=("end",))
+    try:
+        parser.feed(body)
+        for _event, el in parser.read_events():
+            if el.tag in _TOP_TAGS and el.tag not in found:
+                found[el.tag] = el.text or ""
+    except Exception:  # noqa: BLE001 - the pull parser reports the same error again; we keep what we have
+        pass
+    return found
+
+
+def parse_xml(text: str) -> SmiFacts:
+    """Parse ``nvidia-smi -q -x``. Entities are never resolved: a DOCTYPE with declarations is removed first."""
+    text, warnings = _prepare(text)
+    fatal = _fatal(text, "xml", warnings)
+    if fatal is not None:
+        return fatal
+    body = text.strip().lstrip("\ufeff")
+    if not body:
+        return SmiFacts(warnings=tuple([*warnings, "empty input"]), format="xml")
+    if "<!ENTITY" in body.upper():
+        body = _DOCTYPE_RE.sub("", body, count=1)
+        warnings.append("DOCTYPE with entity declarations removed before parsing")
+    root: ET.Element | None = None
+    error = ""
+    for candidate in (body, _DOCTYPE_RE.sub("", body, count=1)):
+        try:
+            root = ET.fromstring(candidate)
+            break
+        except Exception as exc:  # noqa: BLE001 - ParseError, ValueError, RecursionError: all mean unreadable
+            error = f"{type(exc).__name__}: {exc}"
+    if root is None:
+        head = _salvage_xml_header(body)
+        warnings.append(f"unparseable or truncated XML ({error}); no GPU data read")
+        return SmiFacts(_clean(head.get("driver_version")), _clean(head.get("cuda_version")),
+                        _int(head.get("attached_gpus")), (), tuple(warnings), "xml")
+    if root.tag != "nvidia_smi_log":
+        warnings.append(f"unexpected XML root element <{root.tag}> (expected <nvidia_smi_log>)")
+    sections = [(_flatten_xml(g), g.get("id")) for g in root.findall("gpu")]
+    return _assemble("xml", _clean(root.findtext("driver_version")), _clean(root.findtext("cuda_version")),
+                     _int(root.findtext("attached_gpus")), sections, warnings)
+
+
+# ----------------------------------------------------------------------------------------------- text (-q)
+
+_GPU_HEADER_RE = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
+_KV_RE = re.compile(r"^(\S.*?)\s+:(?:\s(.*)|)$")
+_TABLE_HEADER_RE = re.compile(r"NVIDIA-SMI\s+\S+\s+Driver Version:", re.IGNORECASE)
+
+
+def parse_text(text: str) -> SmiFacts:
+    """Parse ``nvidia-smi -q`` (also ``-d SECTION`` output and hand-cut excerpts) or the default ``nvidia-smi`` table."""
+    text, warnings = _prepare(text)
+    fatal = _fatal(text, "text", warnings)
+    if fatal is not None:
+        return fatal
+    if not text.strip():
+        return SmiFacts(warnings=tuple([*warnings, "empty input"]), format="text")
+    warnings.extend(_alerts(text))
+    lines = [ln.expandtabs(8).rstrip() for ln in text.split("\n")]
+    if _TABLE_HEADER_RE.search(text) or (any(ln.startswith("+-") for ln in lines)
+                                         and any(ln.startswith("|=") for ln in lines)):
+        return _parse_table(lines, warnings)
+    top: dict[str, str] = {}
+    sections: list[tuple[_Tree, str | None]] = []
+    current: _Tree | None = None
+    stack: list[tuple[int, str]] = []
+    elided = False
+    for line in lines:
+        content = line.strip()
+        if not content or content.startswith("====="):
+            continue
+        if content in ("[...]", "...", "[..]"):
+            elided = True
+            continue
+        indent = len(line) - len(line.lstrip())
+        header = _GPU_HEADER_RE.match(line)
+        if header:
+            current, stack = {}, []
+            sections.append((current, header.group(1)))
+            continue
+        kv = _KV_RE.match(content)
+        if indent == 0:
+            if kv:
+                top.setdefault(_norm(kv.group(1)), (kv.group(2) or "").strip())
+            continue
+        if current is None:
+            current = {}
+            sections.append((current, None))
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = tuple(name for _, name in stack)
+        if kv:
+            current.setdefault((*path, _norm(kv.group(1))), (kv.group(2) or "").strip())
+        else:
+            stack.append((indent, _norm(content)))
+    if elided:
+        warnings.append("input is an excerpt ('[...]' elisions); absent fields are None")
+    if sections and sections[0][1] is None:  # indented lines before any "GPU <bus id>" header
+        if any(v not in (None, []) for v in _gpu_from_tree(sections[0][0], None, None).to_dict().values()):
+            warnings.append("GPU fields without a 'GPU <bus id>' header (excerpt?); attributed to one unnamed GPU")
+        else:
+            sections.pop(0)
+    return _assemble("text", _clean(top.get("driver_version")), _clean(top.get("cuda_version")),
+                     _int(top.get("attached_gpus")), sections, warnings)
+
+
+_TABLE_GPU_RE = re.compile(r"^(\d+)\s+(.+?)\s+(On|Off)$")
+
+
+def _parse_table(lines: list[str], warnings: list[str]) -> SmiFacts:
+    """The default ``nvidia-smi`` box table (79- and 89-column layouts); MIG and process tables are skipped."""
+    driver = cuda = None
+    rows: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    in_gpu_table = True
+    for line in lines:
+        if driver is None and (m := re.search(r"Driver Version:\s*(\S+)", line)):
+            driver = _clean(m.group(1))
+        if cuda is None and (m := re.search(r"CUDA Version:\s*(\S+)", line)):
+            cuda = _clean(m.group(1))
+        if re.search(r"\b(MIG devices|Processes)\s*:", line):
+            in_gpu_table, current = False, None
+        stripped = line.strip()
+        if not in_gpu_table or not stripped.startswith("|"):
+            current = None if stripped.startswith("+") else current
+            continue
+        cells = [c.strip() for c in stripped.strip("|").split("|")]
+        if all(set(c) <= set("-=+ ") for c in cells):
+            current = None
+            continue
+        gpu_row = _TABLE_GPU_RE.match(cells[0])
+        if gpu_row:
+            current = {"row": 1, "index": int(gpu_row.group(1)), "name": gpu_row.group(2),
+                       "persistence_mode": gpu_row.group(3) == "On"}
+            rows.append(current)
+            bus = _BUS_ID_RE.search(cells[1]) if len(cells) > 1 else None
+            current["pci_bus_id"] = bus.group(1) if bus else None
+            if len(cells) > 2 and cells[2].isdigit():
+                current["ecc_uncorrectable_volatile"] = int(cells[2])
+            if current["name"].endswith("..."):
+                warnings.append(f"GPU {current['index']} name truncated by the table layout: {current['name']!r}")
+            continue
+        if current is None:
+            continue
+        current["row"] += 1
+        if current["row"] == 2:
+            if m := re.search(r"(-?\d+)C\b", cells[0]):
+                current["temperature_c"] = float(m.group(1))
+            if m := re.search(r"/\s*(\d+(?:\.\d+)?)W", cells[0]):
+                current["power_limit_w"] = float(m.group(1))
+            if len(cells) > 1 and (m := re.search(r"/\s*(\d+)MiB", cells[1])):
+                current["memory_total_mib"] = int(m.group(1))
+        elif current["row"] == 3 and len(cells) > 2:
+            current["mig_mode"] = _bool(cells[2])
+    gpus = tuple(GpuFacts(**{k: v for k, v in r.items() if k != "row"}) for r in rows)
+    if not gpus:
+        warnings.append("nvidia-smi table without GPU rows")
+    return SmiFacts(driver, cuda, len(gpus) if gpus else None, gpus, tuple(warnings), "text")
+
+
+# ------------------------------------------------------------------------------------------------------ CSV
+
+_CSV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*(?:\s*\[[^\]]*\])?$")
+_CSV_KNOWN = {"index", "name", "uuid", "serial", "count", "timestamp", "pstate", "driver_version",
+              "persistence_mode", "gpu_name", "gpu_uuid", "gpu_bus_id", "gpu_serial", "compute_mode"}
+_CSV_ALIASES = {"gpu_name": "name", "gpu_uuid": "uuid", "gpu_serial": "serial", "gpu_bus_id": "pci.bus_id"}
+# NVML clocks event reason bits, used only when per-reason columns are absent.
+_REASON_BITS = ((0x1, "gpu_idle"), (0x2, "applications_clocks_setting"), (0x4, "sw_power_cap"),
+                (0x8, "hw_slowdown"), (0x10, "sync_boost"), (0x20, "sw_thermal_slowdown"),
+                (0x40, "hw_thermal_slowdown"), (0x80, "hw_power_brake_slowdown"), (0x100, "display_clocks_setting"))
+
+
+def _csv_column(name: str) -> str:
+    base = re.sub(r"\s*\[[^\]]*\]\s*$", "", name.strip()).lower()
+    return _CSV_ALIASES.get(base, base)
+
+
+def _is_csv_header(cells: list[str]) -> bool:
+    names = [c.strip() for c in cells if c.strip()]
+    return bool(names) and all(_CSV_NAME_RE.match(c) for c in names) and any(
+        "." in _csv_column(c) or _csv_column(c) in _CSV_KNOWN or _csv_column(c) in _CSV_ALIASES.values()
+        for c in names)
+
+
+def _csv_ecc(row: dict[str, str], kind: str) -> int | None:
+    pre = f"ecc.errors.uncorrected.{kind}"
+    total = _int(row.get(f"{pre}.total"))
+    if total is not None:
+        return total
+    sram = _int(row.get(f"{pre}.sram"))
+    if sram is None:
+        sram = _sum([_int(row.get(f"{pre}.sram.{k}")) for k in ("parity", "secded")])
+    dram = _int(row.get(f"{pre}.dram"))
+    return _sum([sram, dram if dram is not None else _int(row.get(f"{pre}.device_memory"))])
+
+
+def _csv_reasons(row: dict[str, str]) -> tuple[str, ...]:
+    out: list[str] = []
+    named = False
+    for col, value in row.items():
+        m = re.match(r"^clocks_(?:throttle|event)_reasons\.(\w+)$", col)
+        if m and m.group(1) not in ("supported", "active"):
+            named = True
+            if value.strip().lower() == "active" and m.group(1) not in out:
+                out.append(m.group(1))
+    if not named:
+        mask = _int(row.get("clocks_event_reasons.active") or row.get("clocks_throttle_reasons.active"))
+        out = [name for bit, name in _REASON_BITS if mask is not None and mask & bit]
+    return tuple(out)
+
+
+_CSV_FIELDS: tuple[tuple[str, Callable[[str | None], Any], tuple[str, ...]], ...] = (
+    ("index", _int, ("index",)), ("name", _clean, ("name",)), ("uuid", _clean, ("uuid",)),
+    ("serial", _clean, ("serial",)), ("pci_bus_id", _clean, ("pci.bus_id",)),
+    ("persistence_mode", _bool, ("persistence_mode",)), ("ecc_mode", _bool, ("ecc.mode.current",)),
+    ("remapped_rows_pending", _bool, ("remapped_rows.pending",)),
+    ("remapped_rows_failure", _bool, ("remapped_rows.failure",)),
+    ("remapped_rows_uncorrectable", _int, ("remapped_rows.uncorrectable",)),
+    ("retired_pages_pending", _bool, ("retired_pages.pending",)),
+    ("retired_pages_double_bit", _int, ("retired_pages.double_bit.count",)),
+    ("pcie_gen_current", _int, ("pcie.link.gen.current", "pcie.link.gen.gpucurrent")),
+    ("pcie_gen_max", _int, ("pcie.link.gen.max",)),
+    ("pcie_width_current", _int, ("pcie.link.width.current",)), ("pcie_width_max", _int, ("pcie.link.width.max",)),
+    ("memory_total_mib", _int, ("memory.total",)), ("temperature_c", _float, ("temperature.gpu",)),
+    ("power_limit_w", _float, ("power.limit", "enforced.power.limit")),
+    ("default_power_limit_w", _float, ("power.default_limit",)), ("mig_mode", _bool, ("mig.mode.current",)),
+)
+
+
+def _gpu_from_csv(row: dict[str, str]) -> GpuFacts:
+    values = _extract({(k,): v for k, v in row.items()}, _CSV_FIELDS)
+    return GpuFacts(ecc_uncorrectable_volatile=_csv_ecc(row, "volatile"),
+                    ecc_uncorrectable_aggregate=_csv_ecc(row, "aggregate"),
+                    clocks_event_reasons_active=_csv_reasons(row), **values)
+
+
+def parse_csv(text: str) -> SmiFacts:
+    """Parse ``--query-gpu=... --format=csv[,nounits]`` (header required) and ``--query-retired-pages`` CSV."""
+    text, warnings = _prepare(text)
+    fatal = _fatal(text, "csv", warnings)
+    if fatal is not None:
+        return fatal
+    if not text.strip():
+        return SmiFacts(warnings=tuple([*warnings, "empty input"]), format="csv")
+    warnings.extend(_alerts(text))
+    try:
+        records = [r for r in csv.reader(text.split("\n"), skipinitialspace=True) if any(c.strip() for c in r)]
+    except csv.Error as exc:
+        return SmiFacts(warnings=tuple([*warnings, f"unreadable CSV: {exc}"]), format="csv")
+    records = [r for r in records if not r[0].strip().upper().startswith("WARNING")]
+    if not records or not _is_csv_header(records[0]):
+        warnings.append(f"CSV without a header line (--format=csv,noheader?): column meaning unknown, "
+                        f"{len(records)} row(s) ignored")
+        return SmiFacts(warnings=tuple(warnings), format="csv")
+    columns = [_csv_column(c) for c in records[0]]
+    rows: list[dict[str, str]] = []
+    for n, record in enumerate(records[1:], start=2):
+        if len(record) != len(columns):
+            warnings.append(f"CSV row {n} has {len(record)} field(s), header has {len(columns)}")
+        rows.append({c: v.strip() for c, v in zip(columns, record)})
+    driver = next((v for v in (_clean(r.get("driver_version")) for r in rows) if v), None)
+    count = next((v for v in (_int(r.get("count")) for r in rows) if v is not None), None)
+    if "retired_pages.address" in columns or "retired_pages.cause" in columns:
+        return _retired_pages_csv(rows, driver, count, warnings)
+    gpus = tuple(_gpu_from_csv(r) for r in rows)
+    if not gpus:
+        warnings.append("CSV header without data rows")
+    return SmiFacts(driver, None, count, gpus, tuple(warnings), "csv")
+
+
+def _retired_pages_csv(rows: list[dict[str, str]], driver: str | None, count: int | None,
+                       warnings: list[str]) -> SmiFacts:
+    """``--query-retired-pages``: one row per retired page (or per cause with [N/A] address); grouped by GPU."""
+    groups: dict[str, list[dict[str, str]]] = {}
+    for row in rows:
+        groups.setdefault(row.get("pci.bus_id") or row.get("uuid") or "?", []).append(row)
+    gpus: list[GpuFacts] = []
+    for members in groups.values():
+        double = [m for m in members if "double" in m.get("retired_pages.cause", "").lower()]
+        real = [m for m in double if _clean(m.get("retired_pages.address")) is not None]
+        supported = any(_clean(m.get("retired_pages.address")) is not None for m in members)
+        first = members[0]
+        gpus.append(GpuFacts(name=_clean(first.get("name")), uuid=_clean(first.get("uuid")),
+                             serial=_clean(first.get("serial")), pci_bus_id=_clean(first.get("pci.bus_id")),
+                             retired_pages_double_bit=len(real) if supported else None))
+    return SmiFacts(driver, None, count, tuple(gpus), tuple(warnings), "csv")

@@ -1,0 +1,1 @@
+"""Phase runners (install, validate, optimize) driven by inventories and playbooks."""

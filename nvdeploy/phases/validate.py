@@ -1,0 +1,123 @@
+"""The validate phase: plan, fan out over the nodes, evaluate the cluster, record and report."""
+
+from __future__ import annotations
+
+import datetime as dt
+import getpass
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from nvdeploy import __version__
+from nvdeploy.checks.cluster import evaluate_cluster
+from nvdeploy.engine import EngineOptions, NodeRunner, run_hosts
+from nvdeploy.inventory import Inventory
+from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.record import RunRecorder, read_journal, safe_name
+from nvdeploy.report import write_reports
+from nvdeploy.results import NodeResult, RunResult
+
+
+@dataclass(frozen=True)
+class ValidateOutcome:
+    run: RunResult
+    run_dir: Path
+    reports: dict[str, Path]
+    exit_code: int
+
+
+def new_run_id() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no passwd entry in some containers
+        return "unknown"
+
+
+def finish_run(header: dict, nodes: list[NodeResult], order: list[str], interrupted: bool,
+               duration_s: float, fail_on_warn: bool) -> RunResult:
+    """Cluster evaluation over the finished nodes, in inventory order."""
+    by_name = {n.name: n for n in nodes}
+    ordered = [by_name[name] for name in order if name in by_name]
+    ordered += [n for n in nodes if n.name not in set(order)]
+    ordered, cluster_findings = evaluate_cluster(ordered)
+    return RunResult(
+        run_id=header["run_id"], cluster=header["cluster"], phase=header.get("phase", "validate"),
+        nodes=tuple(ordered), cluster_findings=tuple(cluster_findings), started_at=header.get("started_at", ""),
+        finished_at=_now(), duration_s=duration_s, level=header.get("level", "quick"),
+        profiles=header.get("profiles", {}), interrupted=interrupted, fail_on_warn=fail_on_warn,
+        nvdeploy_version=header.get("nvdeploy_version", __version__), inventory=header.get("inventory", ""),
+        user=header.get("user", ""))
+
+
+def run_validate(inventory: Inventory, catalog: ProfileCatalog, options: EngineOptions, out_base: Path,
+                 fail_on_warn: bool = False, level: str = "quick",
+                 progress: Optional[Callable[[NodeResult], None]] = None) -> ValidateOutcome:
+    started = time.monotonic()
+    run_id = new_run_id()
+    run_dir = out_base / safe_name(inventory.cluster) / run_id
+    recorder = RunRecorder(run_dir)
+    profiles = {name: catalog.get(name).stamp for name in sorted({h.profile for h in inventory.hosts if h.profile})}
+    header = {"type": "run", "run_id": run_id, "cluster": inventory.cluster, "phase": "validate", "level": level,
+              "started_at": _now(), "profiles": profiles, "nvdeploy_version": __version__,
+              "inventory": inventory.path, "user": _user(), "hosts": [h.name for h in inventory.hosts],
+              "fail_on_warn": fail_on_warn}
+    recorder.journal(header)
+    deadline_at = started + options.deadline_s if options.deadline_s else None
+    runner = NodeRunner(catalog, options, recorder, deadline_at)
+
+    def on_result(node: NodeResult) -> None:
+        recorder.node_done(node)
+        if progress is not None:
+            progress(node)
+
+    try:
+        results, interrupt = run_hosts(list(inventory.hosts), runner, options.forks, on_result)
+    finally:
+        recorder.close()
+    run = finish_run(header, list(results.values()), [h.name for h in inventory.hosts], interrupt is not None,
+                     time.monotonic() - started, fail_on_warn)
+    reports = write_reports(run, run_dir)
+    from nvdeploy.results import exit_code_for
+
+    code = exit_code_for(run.verdict, interrupt is not None, interrupt.exit_code if interrupt else 130)
+    return ValidateOutcome(run, run_dir, reports, int(code))
+
+
+def rebuild_reports(run_dir: Path) -> ValidateOutcome:
+    """``nvdeploy report RUN_DIR``: re-render from results.json, or from results.jsonl after a crash."""
+    import json
+
+    from nvdeploy.results import exit_code_for
+
+    final = run_dir / "results.json"
+    journal = run_dir / "results.jsonl"
+    if final.is_file():
+        run = RunResult.from_dict(json.loads(final.read_text(encoding="utf-8")))
+    elif journal.is_file():
+        header, nodes, _ = read_journal(journal)
+        if header is None:
+            raise FileNotFoundError(f"{journal} has no run header")
+        hosts = list(header.get("hosts", []))
+        done = {n.name for n in nodes}
+        missing = [h for h in hosts if h not in done]
+        from nvdeploy.engine import error_node
+        from nvdeploy.inventory import Host
+        from nvdeploy.results import ErrorReason
+
+        nodes += [error_node(Host(name, {}), "system.reachable", "no result recorded: the run ended before this "
+                             "node finished", ErrorReason.INTERRUPTED) for name in missing]
+        run = finish_run(header, nodes, hosts, bool(missing), 0.0, bool(header.get("fail_on_warn")))
+    else:
+        raise FileNotFoundError(f"neither results.json nor results.jsonl in {run_dir}")
+    reports = write_reports(run, run_dir)
+    return ValidateOutcome(run, run_dir, reports, int(exit_code_for(run.verdict)))

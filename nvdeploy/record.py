@@ -1,0 +1,144 @@
+"""The run folder: evidence files, the streamed journal (results.jsonl) and the final outputs.
+
+Files are private (0600, folders 0700): they hold fleet data. The journal is one JSON object per line, written
+and flushed as each node finishes, so a crash or Ctrl-C loses nothing gathered. Final files are written to a
+temporary name and renamed, so a half-written file is never presented as complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+from nvdeploy.results import CommandResult, EvidenceRecord, NodeResult
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+class OutputError(Exception):
+    """The run folder cannot be written (permissions, disk full). The CLI exits 2 with this message."""
+
+
+def safe_name(name: str) -> str:
+    """A file name for a node that stays inside its folder whatever the node is called."""
+    cleaned = _UNSAFE.sub("_", name)[:80].strip(".") or "node"
+    if cleaned != name:
+        cleaned += "-" + hashlib.sha256(name.encode()).hexdigest()[:8]
+    return cleaned
+
+
+def _private_dir(path: Path) -> None:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+def write_atomic(path: Path, data: bytes, durable: bool = True) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            if durable:
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+class RunRecorder:
+    """Owns one run folder ``<base>/<cluster>/<run-id>/``."""
+
+    def __init__(self, run_dir: Path, append: bool = False) -> None:
+        self.run_dir = run_dir
+        self._lock = threading.Lock()
+        try:
+            _private_dir(run_dir)
+            _private_dir(run_dir / "evidence")
+            flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+            self._journal = os.fdopen(os.open(run_dir / "results.jsonl", flags, 0o600), "a", encoding="utf-8")
+        except OSError as exc:
+            raise OutputError(f"cannot create the run folder {run_dir}: {exc.strerror or exc}") from None
+
+    def _inside(self, path: Path) -> Path:
+        resolved = path.resolve()
+        root = self.run_dir.resolve()
+        if root not in resolved.parents and resolved != root:
+            raise OutputError(f"refusing to write outside the run folder: {path}")
+        return path
+
+    def write_evidence(self, node: str, results: Sequence[CommandResult]) -> list[EvidenceRecord]:
+        """Write each command's raw bytes to ``evidence/<node>/<collector>.out`` (``.err`` when non-empty)."""
+        folder = self._inside(self.run_dir / "evidence" / safe_name(node))
+        records = []
+        try:
+            _private_dir(folder)
+        except OSError as exc:
+            raise OutputError(f"cannot create {folder}: {exc.strerror or exc}") from None
+        for result in results:
+            base = safe_name(result.name)
+            out_path = folder / f"{base}.out"
+            write_atomic(out_path, result.stdout, durable=False)
+            if result.stderr:
+                write_atomic(folder / f"{base}.err", result.stderr, durable=False)
+            records.append(EvidenceRecord(
+                collector=result.name, command=result.command,
+                path=str(out_path.relative_to(self.run_dir)), rc=result.rc,
+                bytes_total=result.stdout_total or len(result.stdout), truncated=result.truncated,
+                sha256=hashlib.sha256(result.stdout).hexdigest(), duration_s=round(result.duration_s, 3),
+                error=(result.error.value + (f": {result.error_detail}" if result.error_detail else ""))
+                if result.error else None))
+        return records
+
+    def journal(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, separators=(",", ":"), default=str) + "\n"
+        with self._lock:
+            try:
+                self._journal.write(line)
+                self._journal.flush()
+            except OSError as exc:
+                raise OutputError(f"cannot append to {self.run_dir / 'results.jsonl'}: {exc.strerror or exc}") from None
+
+    def node_done(self, node: NodeResult) -> None:
+        self.journal({"type": "node", "node": node.to_dict()})
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                self._journal.close()
+            except OSError:
+                pass
+
+
+def read_journal(path: Path) -> tuple[Optional[dict[str, Any]], list[NodeResult], list[str]]:
+    """(run header, finished nodes, warnings) from a results.jsonl, tolerating a torn last line."""
+    header: Optional[dict[str, Any]] = None
+    nodes: dict[str, NodeResult] = {}
+    warnings: list[str] = []
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                warnings.append(f"{path}:{number}: unreadable journal line skipped (torn write?)")
+                continue
+            if record.get("type") == "run":
+                header = record
+            elif record.get("type") == "node":
+                node = NodeResult.from_dict(record["node"])
+                nodes[node.name] = node
+    return header, list(nodes.values()), warnings
+
+
+def iter_files(root: Path) -> Iterable[Path]:
+    return (p for p in root.rglob("*") if p.is_file())

@@ -1,0 +1,356 @@
+"""The result model shared by every stage: verdicts, command results, findings, node and run results.
+
+Every value that crosses a module boundary is a frozen dataclass. Results are serialised to plain dicts
+(``to_dict``) for ``results.jsonl``/``results.json`` and read back with ``from_dict``, so a crashed run can be
+re-rendered from its journal.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Iterable, Mapping, Optional
+
+SCHEMA_VERSION = 1
+
+
+class Verdict(str, enum.Enum):
+    """Outcome of one check. Ordered by severity so the worst one wins."""
+
+    SKIP = "SKIP"
+    PASS = "PASS"
+    WARN = "WARN"
+    ERROR = "ERROR"
+    FAIL = "FAIL"
+
+    @property
+    def severity(self) -> int:
+        return _SEVERITY[self]
+
+    @classmethod
+    def worst(cls, verdicts: Iterable["Verdict"], default: Optional["Verdict"] = None) -> "Verdict":
+        """Return the most severe verdict; ``default`` (ERROR if not given) when there is none.
+
+        An empty list is never PASS: a node for which nothing was evaluated could not be determined.
+        """
+        found = list(verdicts)
+        if not found:
+            return default if default is not None else cls.ERROR
+        return max(found, key=lambda v: v.severity)
+
+
+# FAIL outranks ERROR: a node with a proven fault is NOT_READY even if something else could not be checked.
+# SKIP (not applicable) ranks lowest: a node whose checks passed or did not apply has passed.
+_SEVERITY = {Verdict.SKIP: 0, Verdict.PASS: 1, Verdict.WARN: 2, Verdict.ERROR: 3, Verdict.FAIL: 4}
+
+
+class ErrorReason(str, enum.Enum):
+    """Why an ERROR verdict could not be determined."""
+
+    UNREACHABLE = "unreachable"
+    HOST_KEY = "host_key"
+    AUTH = "auth"
+    TIMEOUT = "timeout"
+    CONNECTION_LOST = "connection_lost"
+    SUDO = "sudo"
+    TOOL_MISSING = "tool_missing"
+    UNPARSEABLE = "unparseable"
+    INCOMPLETE = "incomplete"
+    NOT_RUN = "not_run"
+    INTERRUPTED = "interrupted"
+
+
+class Remediation(str, enum.Enum):
+    """What an operator should do about a finding."""
+
+    NONE = "NONE"
+    ISOLATE = "ISOLATE"
+    REBOOT = "REBOOT"
+    RESET_GPU = "RESET_GPU"
+    REINSTALL = "REINSTALL"
+    TUNE = "TUNE"
+    MONITOR = "MONITOR"
+    INVESTIGATE = "INVESTIGATE"
+
+
+class ClusterVerdict(str, enum.Enum):
+    READY = "READY"
+    NOT_READY = "NOT_READY"
+    INCOMPLETE = "INCOMPLETE"
+
+
+class ExitCode(enum.IntEnum):
+    READY = 0
+    NOT_READY = 1
+    USAGE = 2
+    INCOMPLETE = 3
+    INTERRUPTED = 130
+    TERMINATED = 143
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one command on a node produced.
+
+    ``rc`` is None when the command did not finish (timeout, lost connection). ``stdout``/``stderr`` hold at
+    most the capped bytes; ``stdout_total`` counts every byte the node sent. ``error`` is set when the
+    transport, not the command, failed.
+    """
+
+    name: str
+    command: str
+    rc: Optional[int]
+    stdout: bytes = b""
+    stderr: bytes = b""
+    duration_s: float = 0.0
+    timed_out: bool = False
+    truncated: bool = False
+    stdout_total: int = 0
+    stderr_total: int = 0
+    error: Optional[ErrorReason] = None
+    error_detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and not self.timed_out and self.error is None
+
+    @property
+    def completed(self) -> bool:
+        """The command ran to its end and we have its exit status and all of its output."""
+        return self.rc is not None and not self.timed_out and self.error is None and not self.truncated
+
+    @property
+    def text(self) -> str:
+        """Standard output decoded once, leniently: parsers read text, the raw bytes go to evidence."""
+        return self.stdout.decode("utf-8", errors="replace")
+
+    @property
+    def err_text(self) -> str:
+        return self.stderr.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check's verdict on one node (or on the cluster when ``node`` is empty)."""
+
+    check: str
+    verdict: Verdict
+    summary: str
+    node: str = ""
+    observed: Any = None
+    expected: Any = None
+    unit: str = ""
+    gpu: Optional[int] = None
+    reason: Optional[ErrorReason] = None
+    remediation: Remediation = Remediation.NONE
+    evidence: Optional[str] = None
+    profile: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["verdict"] = self.verdict.value
+        data["reason"] = self.reason.value if self.reason else None
+        data["remediation"] = self.remediation.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Finding":
+        return cls(
+            check=str(data["check"]),
+            verdict=Verdict(data["verdict"]),
+            summary=str(data.get("summary", "")),
+            node=str(data.get("node", "")),
+            observed=data.get("observed"),
+            expected=data.get("expected"),
+            unit=str(data.get("unit", "")),
+            gpu=data.get("gpu"),
+            reason=ErrorReason(data["reason"]) if data.get("reason") else None,
+            remediation=Remediation(data.get("remediation", "NONE")),
+            evidence=data.get("evidence"),
+            profile=str(data.get("profile", "")),
+        )
+
+
+@dataclass(frozen=True)
+class EvidenceRecord:
+    """A raw output kept on disk: where it is, how big it really was, and whether it was cut."""
+
+    collector: str
+    command: str
+    path: str
+    rc: Optional[int]
+    bytes_total: int
+    truncated: bool
+    sha256: str
+    duration_s: float
+    error: Optional[str] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "EvidenceRecord":
+        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """Everything known about one node after a run."""
+
+    name: str
+    findings: tuple[Finding, ...]
+    address: str = ""
+    profile: str = ""
+    connection: str = ""
+    duration_s: float = 0.0
+    evidence: tuple[EvidenceRecord, ...] = ()
+    facts: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict.worst(f.verdict for f in self.findings)
+
+    def with_findings(self, extra: Iterable[Finding]) -> "NodeResult":
+        return replace(self, findings=self.findings + tuple(extra))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "verdict": self.verdict.value,
+            "address": self.address,
+            "profile": self.profile,
+            "connection": self.connection,
+            "duration_s": round(self.duration_s, 3),
+            "findings": [f.to_dict() for f in self.findings],
+            "evidence": [e.to_dict() for e in self.evidence],
+            "facts": dict(self.facts),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "NodeResult":
+        return cls(
+            name=str(data["name"]),
+            findings=tuple(Finding.from_dict(f) for f in data.get("findings", [])),
+            address=str(data.get("address", "")),
+            profile=str(data.get("profile", "")),
+            connection=str(data.get("connection", "")),
+            duration_s=float(data.get("duration_s", 0.0)),
+            evidence=tuple(EvidenceRecord.from_dict(e) for e in data.get("evidence", [])),
+            facts=dict(data.get("facts", {})),
+        )
+
+
+def cluster_verdict(node_verdicts: Iterable[Verdict], fail_on_warn: bool = False) -> ClusterVerdict:
+    """READY only when every node passed (SKIP-only nodes count as passed); any FAIL is NOT_READY."""
+    verdicts = list(node_verdicts)
+    if not verdicts:
+        return ClusterVerdict.INCOMPLETE
+    if any(v is Verdict.FAIL or (fail_on_warn and v is Verdict.WARN) for v in verdicts):
+        return ClusterVerdict.NOT_READY
+    if any(v is Verdict.ERROR for v in verdicts):
+        return ClusterVerdict.INCOMPLETE
+    return ClusterVerdict.READY
+
+
+def exit_code_for(verdict: ClusterVerdict, interrupted: bool = False, signal_exit: int = 130) -> int:
+    if interrupted:
+        return signal_exit
+    return {
+        ClusterVerdict.READY: ExitCode.READY,
+        ClusterVerdict.NOT_READY: ExitCode.NOT_READY,
+        ClusterVerdict.INCOMPLETE: ExitCode.INCOMPLETE,
+    }[verdict]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A whole run: its identity, every node, cluster-level findings and the verdict."""
+
+    run_id: str
+    cluster: str
+    phase: str
+    nodes: tuple[NodeResult, ...]
+    cluster_findings: tuple[Finding, ...] = ()
+    started_at: str = ""
+    finished_at: str = ""
+    duration_s: float = 0.0
+    level: str = "quick"
+    profiles: Mapping[str, str] = field(default_factory=dict)
+    interrupted: bool = False
+    fail_on_warn: bool = False
+    nvdeploy_version: str = ""
+    inventory: str = ""
+    user: str = ""
+
+    @property
+    def verdict(self) -> ClusterVerdict:
+        node_verdicts = [n.verdict for n in self.nodes] + [f.verdict for f in self.cluster_findings]
+        verdict = cluster_verdict(node_verdicts, self.fail_on_warn)
+        if self.interrupted and verdict is ClusterVerdict.READY:
+            return ClusterVerdict.INCOMPLETE
+        return verdict
+
+    def counts(self) -> dict[str, int]:
+        counts = {v.value: 0 for v in Verdict}
+        for node in self.nodes:
+            counts[node.verdict.value] += 1
+        return counts
+
+    def summary(self) -> str:
+        """One sentence: the verdict and why."""
+        counts = self.counts()
+        total = len(self.nodes)
+        parts = [f"{counts[v]} {v}" for v in ("FAIL", "ERROR", "WARN", "PASS", "SKIP") if counts[v]]
+        head = {
+            ClusterVerdict.READY: f"All {total} nodes passed",
+            ClusterVerdict.NOT_READY: f"{counts['FAIL']} of {total} nodes failed"
+            if counts["FAIL"]
+            else f"{total} nodes checked; cluster-level or warning checks failed",
+            ClusterVerdict.INCOMPLETE: f"No failure found, but {counts['ERROR']} of {total} nodes could not be fully checked",
+        }[self.verdict]
+        if self.interrupted:
+            head = "Run interrupted; " + head[0].lower() + head[1:]
+        return f"{head} ({', '.join(parts) or 'no nodes'})."
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "run_id": self.run_id,
+            "cluster": self.cluster,
+            "phase": self.phase,
+            "level": self.level,
+            "verdict": self.verdict.value,
+            "summary": self.summary(),
+            "counts": self.counts(),
+            "interrupted": self.interrupted,
+            "fail_on_warn": self.fail_on_warn,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "duration_s": round(self.duration_s, 3),
+            "profiles": dict(self.profiles),
+            "nvdeploy_version": self.nvdeploy_version,
+            "inventory": self.inventory,
+            "user": self.user,
+            "cluster_findings": [f.to_dict() for f in self.cluster_findings],
+            "nodes": [n.to_dict() for n in self.nodes],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RunResult":
+        return cls(
+            run_id=str(data["run_id"]),
+            cluster=str(data["cluster"]),
+            phase=str(data.get("phase", "validate")),
+            nodes=tuple(NodeResult.from_dict(n) for n in data.get("nodes", [])),
+            cluster_findings=tuple(Finding.from_dict(f) for f in data.get("cluster_findings", [])),
+            started_at=str(data.get("started_at", "")),
+            finished_at=str(data.get("finished_at", "")),
+            duration_s=float(data.get("duration_s", 0.0)),
+            level=str(data.get("level", "quick")),
+            profiles=dict(data.get("profiles", {})),
+            interrupted=bool(data.get("interrupted", False)),
+            fail_on_warn=bool(data.get("fail_on_warn", False)),
+            nvdeploy_version=str(data.get("nvdeploy_version", "")),
+            inventory=str(data.get("inventory", "")),
+            user=str(data.get("user", "")),
+        )

@@ -1,0 +1,102 @@
+"""Executable fake tools for fake SSH nodes.
+
+``install_fake_tools(bin_dir)`` writes ``#!/bin/sh`` wrappers (``nvidia-smi``, ``lspci``, ...) that run
+``python -m nvdeploy.sim.fake_tool "$0" "$@"``; :func:`main` then reads the node's scenario JSON from the file
+named by ``NVD_SCENARIO_FILE`` (profiles resolved with ``ProfileCatalog()``, plus the folders listed in
+``NVD_PROFILE_DIRS``, ``os.pathsep``-separated), runs :func:`nvdeploy.sim.tools.run_tool` and exits with its
+status. A ``hang`` scenario sleeps forever (a plain sleep: SIGTERM/SIGKILL end it).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import stat
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.sim.scenario import NodeScenario
+from nvdeploy.sim.tools import run_tool
+
+SCENARIO_ENV = "NVD_SCENARIO_FILE"
+PROFILE_DIRS_ENV = "NVD_PROFILE_DIRS"
+FAKE_TOOLS = ("nvidia-smi", "lspci", "dmesg", "journalctl", "dcgmi", "ibstat", "systemctl", "mpirun",
+              "all_reduce_perf")
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the nvdeploy package
+
+
+def _catalog() -> ProfileCatalog:
+    catalog = ProfileCatalog()
+    extra = [Path(p) for p in os.environ.get(PROFILE_DIRS_ENV, "").split(os.pathsep) if p]
+    if extra:
+        catalog = ProfileCatalog(extra + catalog.folders)
+    return catalog
+
+
+def _is_module_path(arg0: str) -> bool:
+    base = os.path.basename(arg0)
+    return base in ("fake_tool.py", "__main__.py", "-m", "-c") or not base
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one fake tool. ``argv`` is ``[tool, args...]``; by default taken from ``sys.argv`` (its ``argv[1]`` is
+    the tool when started as ``python -m nvdeploy.sim.fake_tool TOOL ARGS``, its ``argv[0]`` when the module is
+    run under the tool's own name)."""
+    if argv is None:
+        argv = sys.argv[1:] if _is_module_path(sys.argv[0]) else sys.argv
+    argv = list(argv)
+    if not argv:
+        sys.stderr.write("fake_tool: no tool name given\n")
+        return 2
+    path = os.environ.get(SCENARIO_ENV)
+    if not path:
+        sys.stderr.write(f"fake_tool: {SCENARIO_ENV} is not set\n")
+        return 2
+    try:
+        scenario = NodeScenario.from_json(Path(path).read_text(encoding="utf-8"), _catalog())
+    except (OSError, ValueError, KeyError) as exc:
+        sys.stderr.write(f"fake_tool: cannot load scenario {path}: {exc}\n")
+        return 2
+    out = run_tool(scenario, [os.path.basename(argv[0])] + argv[1:])
+    if out.hang:
+        while True:
+            time.sleep(3600)
+    sys.stdout.buffer.write(out.stdout)
+    sys.stdout.buffer.flush()
+    sys.stderr.buffer.write(out.stderr)
+    sys.stderr.buffer.flush()
+    return out.rc
+
+
+def _installed() -> bool:
+    return _PACKAGE_ROOT.name in ("site-packages", "dist-packages")
+
+
+def wrapper_script(python: str = sys.executable) -> str:
+    """The ``#!/bin/sh`` wrapper text every fake tool gets."""
+    lines = ["#!/bin/sh", "# nvdeploy simulated tool (nvdeploy.sim.fake_tool.install_fake_tools)"]
+    if not _installed():
+        lines += [f"PYTHONPATH={shlex.quote(str(_PACKAGE_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}", "export PYTHONPATH"]
+    lines.append(f'exec {shlex.quote(python)} -m nvdeploy.sim.fake_tool "$0" "$@"')
+    return "\n".join(lines) + "\n"
+
+
+def install_fake_tools(bin_dir: Path, python: str = sys.executable) -> list[Path]:
+    """Write executable fake-tool wrappers into ``bin_dir`` (created if needed); return their paths."""
+    bin_dir = Path(bin_dir)
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    text = wrapper_script(python)
+    written = []
+    for name in FAKE_TOOLS:
+        target = bin_dir / name
+        target.write_text(text, encoding="utf-8")
+        target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH | stat.S_IRUSR)
+        written.append(target)
+    return written
+
+
+if __name__ == "__main__":
+    sys.exit(main())

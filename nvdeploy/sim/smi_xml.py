@@ -1,0 +1,335 @@
+"""What ``nvidia-smi`` prints on a simulated node: ``-q -x`` XML (DTD v12 layout), ``--query-gpu`` CSV and ``-L``.
+
+The XML follows real driver 535/550 output byte for byte in shape: ``<?xml version="1.0" ?>``, the
+``nvsmi_device_v12.dtd`` DOCTYPE, tab indentation, a blank line after each ``</gpu>``, empty ``processes``
+elements written as an open/close pair and ``mig_devices`` holding the text ``None``.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Callable, Union
+from xml.sax.saxutils import escape, quoteattr
+
+from nvdeploy.sim.scenario import NodeFacts, SimGpu
+
+SIM_TIME = datetime.datetime(2026, 7, 14, 11, 12, 53)
+NA = "N/A"
+
+
+class _Text:
+    """Element content written on its own line (``<mig_devices>`` / ``None`` / ``</mig_devices>``)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+Node = tuple[str, Union[str, _Text, list]]
+
+# Per-architecture constants: bar1 MiB, reserved MiB, max clocks (graphics, sm, mem, video), row-remap banks.
+_ARCH = {
+    "Ampere": {"bar1": 131072, "reserved": 869, "clocks": (1410, 1410, 1593, 1290), "banks": 640, "hbm": True},
+    "Hopper": {"bar1": 131072, "reserved": 551, "clocks": (1980, 1980, 2619, 1545), "banks": 2560, "hbm": True},
+    "Blackwell": {"bar1": 262144, "reserved": 1002, "clocks": (1965, 1965, 3996, 1650), "banks": 4096, "hbm": True},
+    "Ada Lovelace": {"bar1": 65536, "reserved": 582, "clocks": (2520, 2520, 9001, 1965), "banks": 192, "hbm": False},
+}
+_SUBSYSTEM = {"20b2": "147F", "2330": "16C1", "2331": "1626", "2335": "18BE", "2901": "1999", "26b9": "1851"}
+_INFOROM = {"Ampere": "G506.0212.00.01", "Hopper": "G520.0200.00.05", "Blackwell": "G525.0210.00.02",
+            "Ada Lovelace": "G133.0242.00.03"}
+
+
+def timestamp() -> str:
+    """The fixed clock of the simulation, as nvidia-smi prints it (``Tue Jul 14 11:12:53 2026``)."""
+    return f"{SIM_TIME:%a %b} {SIM_TIME.day:2d} {SIM_TIME:%H:%M:%S %Y}"
+
+
+def _render(node: Node, depth: int, out: list[str]) -> None:
+    tag, value = node
+    pad = "\t" * depth
+    name = tag.split(" ", 1)[0]
+    if isinstance(value, str):
+        out.append(f"{pad}<{tag}>{escape(value)}</{name}>")
+    elif isinstance(value, _Text):
+        out.extend((f"{pad}<{tag}>", f"{pad}\t{escape(value.text)}", f"{pad}</{name}>"))
+    else:
+        out.append(f"{pad}<{tag}>")
+        for child in value:
+            _render(child, depth + 1, out)
+        out.append(f"{pad}</{name}>")
+
+
+def _arch(gpu: SimGpu) -> dict:
+    return _ARCH.get(gpu.architecture, _ARCH["Hopper"])
+
+
+def _clocks(gpu: SimGpu) -> tuple[int, int, int, int]:
+    graphics, sm, mem, video = _arch(gpu)["clocks"]
+    if "H200" in gpu.product_name:
+        mem = 3201
+    return graphics, sm, mem, video
+
+
+def _watts(value: float | None) -> str:
+    return f"{value:.2f} W" if value is not None else NA
+
+
+def _yes(flag: bool) -> str:
+    return "Yes" if flag else "No"
+
+
+def _enabled(flag: bool) -> str:
+    return "Enabled" if flag else "Disabled"
+
+
+def _active(flag: bool) -> str:
+    return "Active" if flag else "Not Active"
+
+
+def _ecc_counts(gpu: SimGpu, aggregate: bool) -> list[Node]:
+    dram_unc = gpu.dram_uncorrectable_aggregate if aggregate else gpu.dram_uncorrectable_volatile
+    nodes: list[Node] = [("sram_correctable", "0"), ("sram_uncorrectable_parity", "0"),
+                         ("sram_uncorrectable_secded", "0"), ("dram_correctable", "0"),
+                         ("dram_uncorrectable", str(dram_unc))]
+    if aggregate:
+        nodes.append(("sram_threshold_exceeded", "No"))
+    return nodes
+
+
+def _gpu_node(facts: NodeFacts, gpu: SimGpu) -> Node:
+    arch = _arch(gpu)
+    graphics, sm, mem, video = _clocks(gpu)
+    mig = _enabled(gpu.mig_enabled) if gpu.mig_capable else NA
+    reserved = arch["reserved"]
+    limit = gpu.power_limit_w
+    draw = limit * 0.1 + gpu.temperature_c / 10 if limit is not None else None
+    min_limit = (200.0 if limit >= 500 else 100.0) if limit is not None else None
+    fabric = ("Completed", "Success") if any(facts.nvswitches) and gpu.architecture != "Ampere" else (NA, NA)
+    gen, width = str(gpu.pcie_gen_max), f"{gpu.pcie_width_max}x"
+    throttled = gpu.thermal_slowdown
+    supported = [("value", f"{mem} MHz")] + [("supported_graphics_clock", f"{mhz} MHz")
+                                             for mhz in range(graphics, 344, -15)]
+    children: list[Node] = [
+        ("product_name", gpu.product_name),
+        ("product_brand", "NVIDIA"),
+        ("product_architecture", gpu.architecture),
+        ("display_mode", "Disabled"),
+        ("display_active", "Disabled"),
+        ("persistence_mode", _enabled(gpu.persistence)),
+        ("addressing_mode", "None"),
+        ("mig_mode", [("current_mig", mig), ("pending_mig", mig)]),
+        ("mig_devices", _Text("None")),
+        ("accounting_mode", "Disabled"),
+        ("accounting_mode_buffer_size", "4000"),
+        ("driver_model", [("current_dm", NA), ("pending_dm", NA)]),
+        ("serial", gpu.serial),
+        ("uuid", gpu.uuid),
+        ("minor_number", str(gpu.index)),
+        ("vbios_version", gpu.vbios_version),
+        ("multigpu_board", "No"),
+        ("board_id", f"0x{gpu.bus:x}00"),
+        ("board_part_number", "692-2G520-0200-000"),
+        ("gpu_part_number", f"{gpu.pci_device_id.upper()}-885-A1"),
+        ("gpu_fru_part_number", NA),
+        ("gpu_module_id", str(gpu.module_id)),
+        ("inforom_version", [("img_version", _INFOROM.get(gpu.architecture, "G520.0200.00.05")),
+                             ("oem_object", "2.1"), ("ecc_object", "7.16"), ("pwr_object", NA)]),
+        ("inforom_bbx_flush", [("latest_timestamp", f"{SIM_TIME:%Y/%m/%d} 05:52:57.891"),
+                               ("latest_duration", "91568 us")]),
+        ("gpu_operation_mode", [("current_gom", NA), ("pending_gom", NA)]),
+        ("gsp_firmware_version", facts.driver_version),
+        ("gpu_virtualization_mode", [("virtualization_mode", "None"), ("host_vgpu_mode", NA)]),
+        ("gpu_reset_status", [("reset_required", "No"), ("drain_and_reset_recommended", "No")]),
+        ("ibmnpu", [("relaxed_ordering_mode", NA)]),
+        ("pci", [
+            ("pci_bus", f"{gpu.bus:02X}"),
+            ("pci_device", "00"),
+            ("pci_domain", "0000"),
+            ("pci_device_id", f"{gpu.pci_device_id.upper()}10DE"),
+            ("pci_bus_id", gpu.bus_id),
+            ("pci_sub_system_id", f"{_SUBSYSTEM.get(gpu.pci_device_id, '0000')}10DE"),
+            ("pci_gpu_link_info", [
+                ("pcie_gen", [("max_link_gen", gen), ("current_link_gen", str(gpu.pcie_gen_current)),
+                              ("device_current_link_gen", str(gpu.pcie_gen_current)),
+                              ("max_device_link_gen", gen), ("max_host_link_gen", gen)]),
+                ("link_widths", [("max_link_width", width),
+                                 ("current_link_width", f"{gpu.pcie_width_current}x")]),
+            ]),
+            ("pci_bridge_chip", [("bridge_chip_type", NA), ("bridge_chip_fw", NA)]),
+            ("replay_counter", "0"),
+            ("replay_rollover_counter", "0"),
+            ("tx_util", "0 KB/s"),
+            ("rx_util", "0 KB/s"),
+            ("atomic_caps_inbound", NA),
+            ("atomic_caps_outbound", NA),
+        ]),
+        ("fan_speed", NA),
+        ("performance_state", "P0"),
+        ("clocks_event_reasons", [
+            ("clocks_event_reason_gpu_idle", _active(False)),
+            ("clocks_event_reason_applications_clocks_setting", _active(False)),
+            ("clocks_event_reason_sw_power_cap", _active(False)),
+            ("clocks_event_reason_hw_slowdown", _active(throttled)),
+            ("clocks_event_reason_hw_thermal_slowdown", _active(throttled)),
+            ("clocks_event_reason_hw_power_brake_slowdown", _active(False)),
+            ("clocks_event_reason_sync_boost", _active(False)),
+            ("clocks_event_reason_sw_thermal_slowdown", _active(throttled)),
+            ("clocks_event_reason_display_clocks_setting", _active(False)),
+        ]),
+        ("sparse_operation_mode", "Disabled"),
+        ("fb_memory_usage", [("total", f"{gpu.memory_mib} MiB"), ("reserved", f"{reserved} MiB"),
+                             ("used", "0 MiB"), ("free", f"{gpu.memory_mib - reserved} MiB")]),
+        ("bar1_memory_usage", [("total", f"{arch['bar1']} MiB"), ("used", "1 MiB"),
+                               ("free", f"{arch['bar1'] - 1} MiB")]),
+        ("cc_protected_memory_usage", [("total", "0 MiB"), ("used", "0 MiB"), ("free", "0 MiB")]),
+        ("compute_mode", "Default"),
+        ("utilization", [(f"{u}_util", "0 %") for u in ("gpu", "memory", "encoder", "decoder", "jpeg", "ofa")]),
+        ("encoder_stats", [("session_count", "0"), ("average_fps", "0"), ("average_latency", "0")]),
+        ("fbc_stats", [("session_count", "0"), ("average_fps", "0"), ("average_latency", "0")]),
+        ("ecc_mode", [("current_ecc", _enabled(gpu.ecc_enabled)), ("pending_ecc", _enabled(gpu.ecc_enabled))]),
+        ("ecc_errors", [
+            ("volatile", _ecc_counts(gpu, aggregate=False)),
+            ("aggregate", _ecc_counts(gpu, aggregate=True)),
+            ("aggregate_uncorrectable_sram_sources", [(f"sram_{s}", "0") for s in
+                                                      ("l2", "sm", "microcontroller", "pcie", "other")]),
+        ]),
+        ("retired_pages", [
+            ("multiple_single_bit_retirement", [("retired_count", NA), ("retired_pagelist", NA)]),
+            ("double_bit_retirement", [("retired_count", NA), ("retired_pagelist", NA)]),
+            ("pending_blacklist", NA),
+            ("pending_retirement", NA),
+        ]),
+        ("remapped_rows", [
+            ("remapped_row_corr", str(gpu.remapped_rows_correctable)),
+            ("remapped_row_unc", str(gpu.remapped_rows_uncorrectable)),
+            ("remapped_row_pending", _yes(gpu.remap_pending)),
+            ("remapped_row_failure", _yes(gpu.remap_failure)),
+            ("row_remapper_histogram", [
+                ("row_remapper_histogram_max", f"{arch['banks']} bank(s)"),
+                ("row_remapper_histogram_high", "0 bank(s)"),
+                ("row_remapper_histogram_partial", "0 bank(s)"),
+                ("row_remapper_histogram_low", "0 bank(s)"),
+                ("row_remapper_histogram_none", "0 bank(s)"),
+            ]),
+        ]),
+        ("temperature", [
+            ("gpu_temp", f"{gpu.temperature_c} C"),
+            ("gpu_temp_tlimit", f"{max(0, 87 - gpu.temperature_c)} C"),
+            ("gpu_temp_max_tlimit_threshold", "-8 C"),
+            ("gpu_temp_slow_tlimit_threshold", "-2 C"),
+            ("gpu_temp_max_gpu_tlimit_threshold", "0 C"),
+            ("gpu_target_temperature", NA),
+            ("memory_temp", f"{gpu.temperature_c + 8} C" if arch["hbm"] else NA),
+            ("gpu_temp_max_mem_tlimit_threshold", "0 C" if arch["hbm"] else NA),
+        ]),
+        ("supported_gpu_target_temp", [("gpu_target_temp_min", NA), ("gpu_target_temp_max", NA)]),
+        ("gpu_power_readings", [
+            ("power_state", "P0"),
+            ("power_draw", _watts(draw)),
+            ("current_power_limit", _watts(limit)),
+            ("requested_power_limit", _watts(limit)),
+            ("default_power_limit", _watts(limit)),
+            ("min_power_limit", _watts(min_limit)),
+            ("max_power_limit", _watts(limit)),
+        ]),
+        ("module_power_readings", [("power_state", "P0")] + [(k, NA) for k in (
+            "power_draw", "current_power_limit", "requested_power_limit", "default_power_limit",
+            "min_power_limit", "max_power_limit")]),
+        ("clocks", [("graphics_clock", "345 MHz"), ("sm_clock", "345 MHz"), ("mem_clock", f"{mem} MHz"),
+                    ("video_clock", "765 MHz")]),
+        ("applications_clocks", [("graphics_clock", f"{graphics} MHz"), ("mem_clock", f"{mem} MHz")]),
+        ("default_applications_clocks", [("graphics_clock", f"{graphics} MHz"), ("mem_clock", f"{mem} MHz")]),
+        ("deferred_clocks", [("mem_clock", NA)]),
+        ("max_clocks", [("graphics_clock", f"{graphics} MHz"), ("sm_clock", f"{sm} MHz"),
+                        ("mem_clock", f"{mem} MHz"), ("video_clock", f"{video} MHz")]),
+        ("max_customer_boost_clocks", [("graphics_clock", f"{graphics} MHz")]),
+        ("clock_policy", [("auto_boost", NA), ("auto_boost_default", NA)]),
+        ("voltage", [("graphics_volt", "670.000 mV")]),
+        ("fabric", [("state", fabric[0]), ("status", fabric[1])]),
+        ("supported_clocks", [("supported_mem_clock", supported)]),
+        ("processes", []),
+        ("accounted_processes", []),
+    ]
+    return (f"gpu id={quoteattr(gpu.bus_id)}", children)
+
+
+def render_xml(facts: NodeFacts) -> str:
+    """``nvidia-smi -q -x`` output for the GPUs nvidia-smi sees."""
+    out = ['<?xml version="1.0" ?>', '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">', "<nvidia_smi_log>"]
+    for node in (("timestamp", timestamp()), ("driver_version", facts.driver_version),
+                 ("cuda_version", facts.cuda_version), ("attached_gpus", str(len(facts.gpus)))):
+        _render(node, 1, out)
+    for gpu in facts.gpus:
+        _render(_gpu_node(facts, gpu), 1, out)
+        out.append("")
+    out.append("</nvidia_smi_log>")
+    return "\n".join(out) + "\n"
+
+
+def render_list(facts: NodeFacts) -> str:
+    """``nvidia-smi -L`` output."""
+    return "".join(f"GPU {g.index}: {g.product_name} (UUID: {g.uuid})\n" for g in facts.gpus)
+
+
+# field -> (header, unit or "", value). Aliases map to their canonical field.
+_Field = tuple[str, str, Callable[[NodeFacts, SimGpu], str]]
+_FIELDS: dict[str, _Field] = {
+    "timestamp": ("timestamp", "", lambda f, g: f"{SIM_TIME:%Y/%m/%d %H:%M:%S}.353"),
+    "driver_version": ("driver_version", "", lambda f, g: f.driver_version),
+    "count": ("count", "", lambda f, g: str(len(f.gpus))),
+    "index": ("index", "", lambda f, g: str(g.index)),
+    "name": ("name", "", lambda f, g: g.product_name),
+    "serial": ("serial", "", lambda f, g: g.serial),
+    "uuid": ("uuid", "", lambda f, g: g.uuid),
+    "pci.bus_id": ("pci.bus_id", "", lambda f, g: g.bus_id),
+    "pci.device_id": ("pci.device_id", "", lambda f, g: f"0x{g.pci_device_id.upper()}10DE"),
+    "vbios_version": ("vbios_version", "", lambda f, g: g.vbios_version),
+    "persistence_mode": ("persistence_mode", "", lambda f, g: _enabled(g.persistence)),
+    "ecc.mode.current": ("ecc.mode.current", "", lambda f, g: _enabled(g.ecc_enabled)),
+    "mig.mode.current": ("mig.mode.current", "", lambda f, g: _enabled(g.mig_enabled) if g.mig_capable else "[N/A]"),
+    "memory.total": ("memory.total", "MiB", lambda f, g: str(g.memory_mib)),
+    "power.limit": ("power.limit", "W", lambda f, g: f"{g.power_limit_w:.2f}" if g.power_limit_w else "[N/A]"),
+    "power.default_limit": ("power.default_limit", "W",
+                            lambda f, g: f"{g.power_limit_w:.2f}" if g.power_limit_w else "[N/A]"),
+    "pstate": ("pstate", "", lambda f, g: "P0"),
+    "ecc.errors.uncorrected.volatile.dram": ("ecc.errors.uncorrected.volatile.dram", "",
+                                             lambda f, g: str(g.dram_uncorrectable_volatile)),
+    "ecc.errors.uncorrected.aggregate.dram": ("ecc.errors.uncorrected.aggregate.dram", "",
+                                              lambda f, g: str(g.dram_uncorrectable_aggregate)),
+    "ecc.errors.uncorrected.volatile.total": ("ecc.errors.uncorrected.volatile.total", "",
+                                              lambda f, g: str(g.dram_uncorrectable_volatile)),
+    "ecc.errors.uncorrected.aggregate.total": ("ecc.errors.uncorrected.aggregate.total", "",
+                                               lambda f, g: str(g.dram_uncorrectable_aggregate)),
+    "clocks_event_reasons.active": ("clocks_event_reasons.active", "",
+                                    lambda f, g: "0x0000000000000068" if g.thermal_slowdown else "0x0000000000000000"),
+    "temperature.gpu": ("temperature.gpu", "", lambda f, g: str(g.temperature_c)),
+    "pcie.link.gen.current": ("pcie.link.gen.current", "", lambda f, g: str(g.pcie_gen_current)),
+    "pcie.link.gen.max": ("pcie.link.gen.max", "", lambda f, g: str(g.pcie_gen_max)),
+    "pcie.link.width.current": ("pcie.link.width.current", "", lambda f, g: str(g.pcie_width_current)),
+    "pcie.link.width.max": ("pcie.link.width.max", "", lambda f, g: str(g.pcie_width_max)),
+}
+_ALIASES = {"gpu_name": "name", "gpu_uuid": "uuid", "gpu_serial": "serial", "gpu_bus_id": "pci.bus_id",
+            "enforced.power.limit": "power.limit", "ecc_mode.current": "ecc.mode.current",
+            "pcie.link.gen.gpucurrent": "pcie.link.gen.current", "clocks_throttle_reasons.active":
+            "clocks_event_reasons.active"}
+SUPPORTED_QUERY_FIELDS = tuple(_FIELDS) + tuple(_ALIASES)
+
+
+def render_query_csv(facts: NodeFacts, fields: list[str], header: bool = True, units: bool = True) -> str:
+    """``nvidia-smi --query-gpu=<fields> --format=csv[,noheader][,nounits]``; KeyError for an unknown field."""
+    specs = []
+    for raw in fields:
+        key = raw.strip().lower()
+        key = _ALIASES.get(key, key)
+        if key not in _FIELDS:
+            raise KeyError(raw)
+        specs.append(_FIELDS[key])
+    lines = []
+    if header:
+        lines.append(", ".join(f"{h} [{u}]" if u and units else h for h, u, _ in specs))
+    for gpu in facts.gpus:
+        values = []
+        for _, unit, value in specs:
+            text = value(facts, gpu)
+            values.append(f"{text} {unit}" if unit and units and not text.startswith("[") else text)
+        lines.append(", ".join(values))
+    return "".join(line + "\n" for line in lines)

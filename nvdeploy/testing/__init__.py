@@ -1,0 +1,35 @@
+"""Test harnesses for nvdeploy: real OpenSSH servers on loopback addresses acting as fake GPU nodes."""
+
+from __future__ import annotations
+
+from nvdeploy.testing.sshd import (
+    BASE_PATH,
+    MAX_LISTEN_PER_SSHD,
+    SSHD,
+    TEST_USER,
+    FakeNode,
+    HarnessError,
+    SshCluster,
+    ensure_test_user,
+    free_port,
+    node_address,
+    pid_alive,
+    reap_workdir,
+    sshd_available,
+)
+
+__all__ = [
+    "BASE_PATH",
+    "MAX_LISTEN_PER_SSHD",
+    "SSHD",
+    "TEST_USER",
+    "FakeNode",
+    "HarnessError",
+    "SshCluster",
+    "ensure_test_user",
+    "free_port",
+    "node_address",
+    "pid_alive",
+    "reap_workdir",
+    "sshd_available",
+]

@@ -1,0 +1,66 @@
+"""In-process simulated nodes: the same byte formats as the real tools, no network, no subprocess."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Optional, Sequence
+
+from nvdeploy.results import CommandResult, ErrorReason
+from nvdeploy.sim.scenario import NodeScenario
+from nvdeploy.sim.tools import run_tool
+from nvdeploy.transport.base import CommandSpec, Transport, TransportError
+
+
+class SimTransport(Transport):
+    name = "sim"
+
+    def __init__(self, scenario: NodeScenario, connect_timeout_s: float = 10.0) -> None:
+        self.scenario = scenario
+        self.connect_timeout_s = connect_timeout_s
+        self._abort = threading.Event()
+        self._connected = False
+
+    def connect(self) -> None:
+        if self.scenario.has("unreachable"):
+            raise TransportError(ErrorReason.UNREACHABLE, f"connection to {self.scenario.name} timed out "
+                                 f"after {self.connect_timeout_s:g} s (simulated)")
+        if self.scenario.has("auth_fail"):
+            raise TransportError(ErrorReason.AUTH, "authentication refused (publickey) (simulated)")
+        self._connected = True
+
+    def _one(self, spec: CommandSpec) -> tuple[CommandResult, float]:
+        argv = ("sudo", "-n", "--", *spec.argv) if spec.sudo else spec.argv
+        output = run_tool(self.scenario, argv)
+        if output.hang:
+            return (CommandResult(name=spec.name, command=spec.display, rc=None, timed_out=True,
+                                  duration_s=spec.timeout_s, error=ErrorReason.TIMEOUT,
+                                  error_detail=f"timed out after {spec.timeout_s:g} s"), spec.timeout_s)
+        cap = spec.max_bytes
+        return (CommandResult(name=spec.name, command=spec.display, rc=output.rc, stdout=output.stdout[:cap],
+                              stderr=output.stderr[:cap], truncated=len(output.stdout) > cap or len(output.stderr) > cap,
+                              stdout_total=len(output.stdout), stderr_total=len(output.stderr)), 0.0)
+
+    def run_batch(self, commands: Sequence[CommandSpec], deadline_s: Optional[float] = None) -> list[CommandResult]:
+        if not self._connected:
+            raise TransportError(ErrorReason.NOT_RUN, "not connected")
+        started = time.monotonic()
+        results = [self._one(spec) for spec in commands]
+        # Commands of a batch run side by side: the batch lasts as long as its slowest (hung) command.
+        wait = max((w for _, w in results), default=0.0)
+        if deadline_s is not None:
+            wait = min(wait, max(deadline_s, 0.0))
+        if wait and self._abort.wait(wait):
+            return [CommandResult(name=r.name, command=r.command, rc=None, error=ErrorReason.INTERRUPTED,
+                                  error_detail="run interrupted") if r.timed_out else r for r, _ in results]
+        elapsed = time.monotonic() - started
+        return [r if r.timed_out else _with_duration(r, elapsed) for r, _ in results]
+
+    def close(self) -> None:
+        self._abort.set()
+
+
+def _with_duration(result: CommandResult, duration: float) -> CommandResult:
+    from dataclasses import replace
+
+    return replace(result, duration_s=duration)

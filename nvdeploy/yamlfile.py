@@ -14,6 +14,7 @@ import yaml
 
 MAX_FILE_BYTES = 8 * 1024 * 1024
 MAX_NODES = 200_000
+_PLAIN_TAGS = {"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
 
 
 class ConfigError(Exception):
@@ -67,6 +68,9 @@ class _Builder:
         self.count += 1
         if self.count > MAX_NODES:
             raise ConfigError(f"too many YAML values (over {MAX_NODES}; an alias bomb?)", self.file,
+                              node.start_mark.line + 1)
+        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in _PLAIN_TAGS:
+            raise ConfigError(f"unsupported YAML tag {node.tag!r} (only plain YAML is accepted)", self.file,
                               node.start_mark.line + 1)
         if isinstance(node, yaml.MappingNode):
             self.constructor.flatten_mapping(node)

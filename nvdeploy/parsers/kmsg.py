@@ -83,15 +83,15 @@ _NAME_RE = re.compile(r"^name\s*=\s*[^,]*(?:,\s*|$)")
 _PCI_DEV = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
 # Kernels before ~6.2 print "Corrected"/"Uncorrected (Fatal)", later ones "Correctable"/"Uncorrectable (Fatal)".
 _AER_SEVERITY = (
-    (re.compile(r"\bUncorrect(?:ed|able)\s*\(\s*Non-?Fatal\s*\)", re.I), "uncorrected_nonfatal"),
-    (re.compile(r"\bUncorrect(?:ed|able)\s*\(\s*Fatal\s*\)", re.I), "uncorrected_fatal"),
-    (re.compile(r"\bCorrect(?:ed|able)\b", re.I), "corrected"),
-    (re.compile(r"\bUncorrect(?:ed|able)\b", re.I), "uncorrected"),
+    (re.compile(r"\bUncorrect(?:ed|able)\s*\(\s*Non-?Fatal\s*\)", re.IGNORECASE), "uncorrected_nonfatal"),
+    (re.compile(r"\bUncorrect(?:ed|able)\s*\(\s*Fatal\s*\)", re.IGNORECASE), "uncorrected_fatal"),
+    (re.compile(r"\bCorrect(?:ed|able)\b", re.IGNORECASE), "corrected"),
+    (re.compile(r"\bUncorrect(?:ed|able)\b", re.IGNORECASE), "uncorrected"),
 )
-_AER_SOURCE_RE = re.compile(r"error (?:message )?received(?:\s+from)?:?\s*(?:id=)?(" + _PCI_DEV + r")", re.I)
-_AER_REPORTER_RE = re.compile(r"(?:^|\s)(" + _PCI_DEV + r"):\s*(?:AER:|PCIe Bus Error)", re.I)
+_AER_SOURCE_RE = re.compile(r"error (?:message )?received(?:\s+from)?:?\s*(?:id=)?(" + _PCI_DEV + r")", re.IGNORECASE)
+_AER_REPORTER_RE = re.compile(r"(?:^|\s)(" + _PCI_DEV + r"):\s*(?:AER:|PCIe Bus Error)", re.IGNORECASE)
 _LOG_TROUBLE_RE = re.compile(
-    r"read kernel buffer failed|Operation not permitted|No journal files were found|Permission denied", re.I
+    r"read kernel buffer failed|Operation not permitted|No journal files were found|Permission denied", re.IGNORECASE
 )
 _MAX_WARNINGS = 20
 
@@ -139,7 +139,7 @@ def parse_kmsg(text: str) -> KmsgFacts:
     """Read Xid, SXid and PCIe AER events from kernel log text. Never raises."""
     text, warnings = _clean_text(text)
     if not text.strip():
-        return KmsgFacts(warnings=tuple([*warnings, "empty input"]))
+        return KmsgFacts(warnings=(*warnings, "empty input"))
     xids: list[XidEvent] = []
     sxids: list[SxidEvent] = []
     aers: list[AerEvent] = []

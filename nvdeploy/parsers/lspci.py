@@ -32,7 +32,7 @@ _NUMERIC_RE = re.compile(
     _BUS + r"\s+(?:Class\s+)?(?P<cls>[0-9a-fA-F]{4}):\s+(?P<ven>[0-9a-fA-F]{4}):(?P<dev>[0-9a-fA-F]{4})\b"
 )
 _NAMED_RE = re.compile(_BUS + r"\s+(?P<clsname>[^:\[]+?)\s*(?:\[(?P<cls>[0-9a-fA-F]{4})\])?\s*:\s+(?P<desc>.*)$")
-_ERROR_RE = re.compile(r"pcilib:|command not found|Cannot open|Permission denied|No such file", re.I)
+_ERROR_RE = re.compile(r"pcilib:|command not found|Cannot open|Permission denied|No such file", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def _parse_line(line: str) -> tuple[LspciDevice | None, bool]:
         if ids.group(1).lower() != _NVIDIA_VENDOR:
             return None, True
         device_id: str | None = ids.group(2).lower()
-    elif re.search(r"\bNVIDIA\b", desc, re.I):
+    elif re.search(r"\bNVIDIA\b", desc, re.IGNORECASE):
         plain = re.search(r"\bDevice\s+([0-9a-fA-F]{4})\b", desc)
         device_id = plain.group(1).lower() if plain else None
     else:
@@ -107,7 +107,7 @@ def parse_lspci(text: str) -> LspciFacts:
     if "\ufffd" in text:
         warnings.append("input contained undecodable bytes (U+FFFD replacement characters)")
     if not text.strip():
-        return LspciFacts(warnings=tuple([*warnings, "empty input: lspci listed no NVIDIA devices"]))
+        return LspciFacts(warnings=(*warnings, "empty input: lspci listed no NVIDIA devices"))
     seen: set[str] = set()
     gpus: list[LspciDevice] = []
     switches: list[LspciDevice] = []
@@ -118,7 +118,7 @@ def parse_lspci(text: str) -> LspciFacts:
         line = raw.strip()
         device, recognised = _parse_line(line)
         if not recognised:
-            if _ERROR_RE.search(line) or re.search(r"NVIDIA|10de", line, re.I):
+            if _ERROR_RE.search(line) or re.search(r"NVIDIA|10de", line, re.IGNORECASE):
                 warnings.append(f"line not understood: {line[:300]!r}")
             continue
         if device is None or device.bus_id in seen:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import csv
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 _Tree = dict[tuple[str, ...], str]
 
@@ -147,14 +148,17 @@ def _prepare(text: Any) -> tuple[str, list[str]]:
     return text, warnings
 
 
-def _fatal(text: str, fmt: str, warnings: list[str]) -> SmiFacts | None:
-    """nvidia-smi error output (driver not loaded, no devices, NVML mismatch): no GPUs, the first line quoted."""
+def _start(text: Any, fmt: str) -> tuple[str, list[str], SmiFacts | None]:
+    """Clean the input; the third item is the final answer for empty input or nvidia-smi error output (driver not
+    loaded, no devices, NVML mismatch): no GPUs and a warning quoting the first line."""
+    text, warnings = _prepare(text)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for line in lines[:5]:
-        if _FATAL_RE.search(line):
-            msg = f"nvidia-smi reported an error: {lines[0][:300]!r}"
-            return SmiFacts(warnings=tuple([*warnings, msg]), format=fmt)
-    return None
+    if not lines:
+        return text, warnings, SmiFacts(warnings=(*warnings, "empty input"), format=fmt)
+    if any(_FATAL_RE.search(line) for line in lines[:5]):
+        msg = f"nvidia-smi reported an error: {lines[0][:300]!r}"
+        return text, warnings, SmiFacts(warnings=(*warnings, msg), format=fmt)
+    return text, warnings, None
 
 
 def _alerts(text: str) -> list[str]:
@@ -294,25 +298,23 @@ def _salvage_xml_header(body: str) -> dict[str, str]:
     """Top-level scalars that were complete before a parse error (truncated output)."""
     found: dict[str, str] = {}
     parser = ET.XMLPullParser(events=("end",))
-    try:
-        parser.feed(body)
-        for _event, el in parser.read_events():
-            if el.tag in _TOP_TAGS and el.tag not in found:
-                found[el.tag] = el.text or ""
-    except Exception:  # noqa: BLE001 - the pull parser reports the same error again; we keep what we have
-        pass
-    return found
+    parser.feed(body)  # feed() keeps a syntax error and raises it from read_events() once it is reached
+    events = parser.read_events()
+    while True:
+        try:
+            _event, el = next(events)
+        except Exception:  # noqa: BLE001 - StopIteration or the parse error: either way, done
+            return found
+        if el.tag in _TOP_TAGS and el.tag not in found:
+            found[el.tag] = el.text or ""
 
 
 def parse_xml(text: str) -> SmiFacts:
     """Parse ``nvidia-smi -q -x``. Entities are never resolved: a DOCTYPE with declarations is removed first."""
-    text, warnings = _prepare(text)
-    fatal = _fatal(text, "xml", warnings)
-    if fatal is not None:
-        return fatal
+    text, warnings, early = _start(text, "xml")
+    if early is not None:
+        return early
     body = text.strip().lstrip("\ufeff")
-    if not body:
-        return SmiFacts(warnings=tuple([*warnings, "empty input"]), format="xml")
     if "<!ENTITY" in body.upper():
         body = _DOCTYPE_RE.sub("", body, count=1)
         warnings.append("DOCTYPE with entity declarations removed before parsing")
@@ -344,13 +346,10 @@ _TABLE_HEADER_RE = re.compile(r"NVIDIA-SMI\s+\S+\s+Driver Version:", re.IGNORECA
 
 
 def parse_text(text: str) -> SmiFacts:
-    """Parse ``nvidia-smi -q`` (also ``-d SECTION`` output and hand-cut excerpts) or the default ``nvidia-smi`` table."""
-    text, warnings = _prepare(text)
-    fatal = _fatal(text, "text", warnings)
-    if fatal is not None:
-        return fatal
-    if not text.strip():
-        return SmiFacts(warnings=tuple([*warnings, "empty input"]), format="text")
+    """Parse ``nvidia-smi -q`` (also ``-d SECTION`` output and hand-cut excerpts) or the default table."""
+    text, warnings, early = _start(text, "text")
+    if early is not None:
+        return early
     warnings.extend(_alerts(text))
     lines = [ln.expandtabs(8).rstrip() for ln in text.split("\n")]
     if _TABLE_HEADER_RE.search(text) or (any(ln.startswith("+-") for ln in lines)
@@ -532,17 +531,14 @@ def _gpu_from_csv(row: dict[str, str]) -> GpuFacts:
 
 def parse_csv(text: str) -> SmiFacts:
     """Parse ``--query-gpu=... --format=csv[,nounits]`` (header required) and ``--query-retired-pages`` CSV."""
-    text, warnings = _prepare(text)
-    fatal = _fatal(text, "csv", warnings)
-    if fatal is not None:
-        return fatal
-    if not text.strip():
-        return SmiFacts(warnings=tuple([*warnings, "empty input"]), format="csv")
+    text, warnings, early = _start(text, "csv")
+    if early is not None:
+        return early
     warnings.extend(_alerts(text))
     try:
         records = [r for r in csv.reader(text.split("\n"), skipinitialspace=True) if any(c.strip() for c in r)]
     except csv.Error as exc:
-        return SmiFacts(warnings=tuple([*warnings, f"unreadable CSV: {exc}"]), format="csv")
+        return SmiFacts(warnings=(*warnings, f"unreadable CSV: {exc}"), format="csv")
     records = [r for r in records if not r[0].strip().upper().startswith("WARNING")]
     if not records or not _is_csv_header(records[0]):
         warnings.append(f"CSV without a header line (--format=csv,noheader?): column meaning unknown, "

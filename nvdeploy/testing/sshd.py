@@ -539,7 +539,8 @@ class SshCluster:
         if re.search(r'["\\\s#]', str(workdir)):
             raise HarnessError(f"workdir {workdir} must not contain spaces, quotes, backslashes or '#'")
         workdir.chmod(0o755)
-        _check_traversable(workdir)
+        if os.geteuid() == 0:  # the login user is someone else and must reach the node folders and keys
+            _check_traversable(workdir)
         return workdir
 
     def _write_keys(self, workdir: Path) -> None:

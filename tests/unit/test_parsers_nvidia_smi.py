@@ -147,7 +147,8 @@ TEXT_EXPECT: dict[str, dict[str, Any]] = {
     },
     "h200-mig-enabled-idle-590.48.01.txt": {
         "top": {"driver_version": "590.48.01", "cuda_version": "13.1", "gpu_count_reported": 1}, "n": 1,
-        "gpu": {0: {"name": "NVIDIA H200", "mig_mode": True, "memory_total_mib": 143771, "ecc_uncorrectable_volatile": 0,
+        "gpu": {0: {"name": "NVIDIA H200", "mig_mode": True, "memory_total_mib": 143771,
+                    "ecc_uncorrectable_volatile": 0,
                     "remapped_rows_pending": None, "power_limit_w": 700.0}},
     },
     "l40s-load-595.80.txt": {
@@ -175,7 +176,8 @@ CSV_EXPECT: dict[str, dict[str, Any]] = {
     },
     "h100-query-retired-pages-empty-590.48.01.csv": {
         "top": {"driver_version": None}, "n": 1,
-        "gpu": {0: {"name": "NVIDIA H100 80GB HBM3", "pci_bus_id": "00000000:00:09.0", "retired_pages_double_bit": None}},
+        "gpu": {0: {"name": "NVIDIA H100 80GB HBM3", "pci_bus_id": "00000000:00:09.0",
+                    "retired_pages_double_bit": None}},
     },
     "h200-mig-query-gpu-all-fields-idle-590.48.01.csv": {
         "top": {"driver_version": "590.48.01", "gpu_count_reported": 1}, "n": 1,
@@ -196,7 +198,9 @@ CSV_EXPECT: dict[str, dict[str, Any]] = {
 }
 
 CASES = [(XML_DIR, parse_xml, XML_EXPECT), (TEXT_DIR, parse_text, TEXT_EXPECT), (CSV_DIR, parse_csv, CSV_EXPECT)]
-FIXTURES = [pytest.param(d / name, fn, exp, id=f"{d.name}/{name}") for d, fn, table in CASES for name, exp in table.items()]
+FIXTURES = [
+    pytest.param(d / name, fn, exp, id=f"{d.name}/{name}") for d, fn, table in CASES for name, exp in table.items()
+]
 ALL_FILES = sorted(p for d, _, _ in CASES for p in d.iterdir() if p.is_file())
 
 
@@ -251,8 +255,10 @@ def test_to_dict_shapes() -> None:
 # ------------------------------------------------------------------------------------------- hostile input
 
 ERRORS = [
-    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
-    "NVIDIA driver is installed and running.\n\n",
+    (
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
+        "NVIDIA driver is installed and running.\n\n"
+    ),
     "No devices were found\n",
     "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 550.54\n",
 ]
@@ -322,11 +328,15 @@ def test_xml_without_doctype_and_with_doctype_agree() -> None:
 
 
 @pytest.mark.parametrize("doc", [
-    '<?xml version="1.0"?><!DOCTYPE x [<!ENTITY e SYSTEM "file:///etc/passwd">]>'
-    "<nvidia_smi_log><driver_version>&e;</driver_version></nvidia_smi_log>",
-    '<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">'
-    '<!ENTITY c "&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;">]><nvidia_smi_log><driver_version>&c;</driver_version>'
-    "</nvidia_smi_log>",
+    (
+        '<?xml version="1.0"?><!DOCTYPE x [<!ENTITY e SYSTEM "file:///etc/passwd">]>'
+        "<nvidia_smi_log><driver_version>&e;</driver_version></nvidia_smi_log>"
+    ),
+    (
+        '<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">'
+        '<!ENTITY c "&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;">]><nvidia_smi_log><driver_version>&c;</driver_version>'
+        "</nvidia_smi_log>"
+    ),
 ])
 def test_xml_entities_are_never_expanded(doc: str) -> None:
     facts = parse_xml(doc)
@@ -393,7 +403,8 @@ GPU 00000000:01:00.0
 
 
 def test_csv_without_header_warns() -> None:
-    facts = parse_csv("0, NVIDIA H100 80GB HBM3, 00000000:18:00.0, 81559\n1, NVIDIA H100 80GB HBM3, 00000000:2A:00.0, 81559\n")
+    facts = parse_csv("0, NVIDIA H100 80GB HBM3, 00000000:18:00.0, 81559\n"
+                      "1, NVIDIA H100 80GB HBM3, 00000000:2A:00.0, 81559\n")
     assert facts.gpus == ()
     assert any("header" in w for w in facts.warnings)
 

@@ -27,7 +27,7 @@ from nvdeploy.yamlfile import ConfigError
 SUDO_PASSWORD_ENV = "NVDEPLOY_SUDO_PASSWORD"
 
 
-def _fail(message: str, code: int = ExitCode.USAGE) -> "click.exceptions.Exit":
+def _fail(message: str, code: int = ExitCode.USAGE) -> click.exceptions.Exit:
     click.echo(f"nvdeploy: error: {message}", err=True)
     return click.exceptions.Exit(code)
 

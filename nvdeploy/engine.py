@@ -187,7 +187,7 @@ def run_hosts(hosts: Sequence[Host], runner: NodeRunner, forks: int,
             on_result(node)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
-    for future, host in futures.items():
+    for host in futures.values():
         if host.name not in results:
             results[host.name] = error_node(host, "system.reachable", "not finished: run interrupted",
                                             ErrorReason.INTERRUPTED)

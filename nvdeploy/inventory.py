@@ -104,7 +104,7 @@ class Inventory:
                 return host
         raise KeyError(name)
 
-    def limit(self, pattern: Optional[str]) -> "Inventory":
+    def limit(self, pattern: Optional[str]) -> Inventory:
         """Keep the hosts matching ``pattern``; see :func:`match_limit`."""
         if not pattern:
             return self
@@ -258,7 +258,8 @@ def load_inventory(path: Union[str, Path], catalog: Any = None) -> Inventory:
         raise ConfigError("an inventory must be a mapping with a top-level 'all:' group", file, line_of(data))
     for key in data:
         if key != "all":
-            raise ConfigError("unknown top-level key (an inventory has only 'all:')", file, line_of(data, key), str(key))
+            raise ConfigError("unknown top-level key (an inventory has only 'all:')", file, line_of(data, key),
+                              str(key))
     if "all" not in data:
         raise ConfigError("missing top-level 'all:' group", file, 1, "all")
     loader = _Loader(file)
@@ -274,7 +275,8 @@ def load_inventory(path: Union[str, Path], catalog: Any = None) -> Inventory:
             lines.update(var_lines)
         hosts.append(Host(name, merged, tuple(loader.host_groups.get(name, ())), file, loader.host_lines[name], lines))
     all_vars = data["all"].get("vars") if isinstance(data["all"], dict) else None
-    cluster = str(all_vars.get("cluster")) if isinstance(all_vars, dict) and all_vars.get("cluster") else Path(file).stem
+    named = isinstance(all_vars, dict) and all_vars.get("cluster")
+    cluster = str(all_vars["cluster"]) if named else Path(file).stem  # type: ignore[index]
     inventory = Inventory(cluster, tuple(hosts), {g: tuple(sorted(m)) for g, m in loader.groups.items()}, file)
     _check_addresses(inventory)
     if catalog is not None:

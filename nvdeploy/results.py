@@ -28,7 +28,7 @@ class Verdict(str, enum.Enum):
         return _SEVERITY[self]
 
     @classmethod
-    def worst(cls, verdicts: Iterable["Verdict"], default: Optional["Verdict"] = None) -> "Verdict":
+    def worst(cls, verdicts: Iterable[Verdict], default: Optional[Verdict] = None) -> Verdict:
         """Return the most severe verdict; ``default`` (ERROR if not given) when there is none.
 
         An empty list is never PASS: a node for which nothing was evaluated could not be determined.
@@ -154,7 +154,7 @@ class Finding:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Finding":
+    def from_dict(cls, data: Mapping[str, Any]) -> Finding:
         return cls(
             check=str(data["check"]),
             verdict=Verdict(data["verdict"]),
@@ -189,7 +189,7 @@ class EvidenceRecord:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "EvidenceRecord":
+    def from_dict(cls, data: Mapping[str, Any]) -> EvidenceRecord:
         return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})  # type: ignore[arg-type]
 
 
@@ -210,7 +210,7 @@ class NodeResult:
     def verdict(self) -> Verdict:
         return Verdict.worst(f.verdict for f in self.findings)
 
-    def with_findings(self, extra: Iterable[Finding]) -> "NodeResult":
+    def with_findings(self, extra: Iterable[Finding]) -> NodeResult:
         return replace(self, findings=self.findings + tuple(extra))
 
     def to_dict(self) -> dict[str, Any]:
@@ -227,7 +227,7 @@ class NodeResult:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "NodeResult":
+    def from_dict(cls, data: Mapping[str, Any]) -> NodeResult:
         return cls(
             name=str(data["name"]),
             findings=tuple(Finding.from_dict(f) for f in data.get("findings", [])),
@@ -306,7 +306,8 @@ class RunResult:
             ClusterVerdict.NOT_READY: f"{counts['FAIL']} of {total} nodes failed"
             if counts["FAIL"]
             else f"{total} nodes checked; cluster-level or warning checks failed",
-            ClusterVerdict.INCOMPLETE: f"No failure found, but {counts['ERROR']} of {total} nodes could not be fully checked",
+            ClusterVerdict.INCOMPLETE: f"No failure found, but {counts['ERROR']} of {total} nodes could not be "
+            "fully checked",
         }[self.verdict]
         if self.interrupted:
             head = "Run interrupted; " + head[0].lower() + head[1:]
@@ -336,7 +337,7 @@ class RunResult:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "RunResult":
+    def from_dict(cls, data: Mapping[str, Any]) -> RunResult:
         return cls(
             run_id=str(data["run_id"]),
             cluster=str(data["cluster"]),

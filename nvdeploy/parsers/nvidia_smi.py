@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from defusedxml.ElementTree import fromstring as defused_fromstring
+
 _Tree = dict[tuple[str, ...], str]
 
 
@@ -322,7 +324,7 @@ def parse_xml(text: str) -> SmiFacts:
     error = ""
     for candidate in (body, _DOCTYPE_RE.sub("", body, count=1)):
         try:
-            root = ET.fromstring(candidate)
+            root = defused_fromstring(candidate)
             break
         except Exception as exc:  # noqa: BLE001 - ParseError, ValueError, RecursionError: all mean unreadable
             error = f"{type(exc).__name__}: {exc}"

@@ -26,7 +26,7 @@ _ACTION_ORDER = ["ISOLATE", "REINSTALL", "REBOOT", "RESET_GPU", "TUNE", "INVESTI
 
 
 def _check_ids(run: RunResult) -> list[str]:
-    ids: "OrderedDict[str, None]" = OrderedDict()
+    ids: OrderedDict[str, None] = OrderedDict()
     for node in run.nodes:
         for finding in node.findings:
             ids.setdefault(finding.check, None)
@@ -44,7 +44,7 @@ def _row(node: NodeResult, checks: list[str]) -> tuple[str, ...]:
 def matrix(run: RunResult) -> tuple[list[str], list[dict[str, Any]]]:
     """Rows of identical results folded into host ranges, worst rows first."""
     checks = _check_ids(run)
-    groups: "OrderedDict[tuple[str, tuple[str, ...]], list[str]]" = OrderedDict()
+    groups: OrderedDict[tuple[str, tuple[str, ...]], list[str]] = OrderedDict()
     for node in run.nodes:
         key = (node.verdict.value, _row(node, checks))
         groups.setdefault(key, []).append(node.name)

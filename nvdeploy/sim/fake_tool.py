@@ -75,20 +75,21 @@ def _installed() -> bool:
     return _PACKAGE_ROOT.name in ("site-packages", "dist-packages")
 
 
-def wrapper_script(python: str = sys.executable) -> str:
-    """The ``#!/bin/sh`` wrapper text every fake tool gets."""
+def wrapper_script(python: str = sys.executable, pythonpath: Path | None = None) -> str:
+    """The ``#!/bin/sh`` wrapper text every fake tool gets (``pythonpath``: where to import nvdeploy from)."""
     lines = ["#!/bin/sh", "# nvdeploy simulated tool (nvdeploy.sim.fake_tool.install_fake_tools)"]
-    if not _installed():
-        lines += [f"PYTHONPATH={shlex.quote(str(_PACKAGE_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}", "export PYTHONPATH"]
+    root = pythonpath if pythonpath is not None else (None if _installed() else _PACKAGE_ROOT)
+    if root is not None:
+        lines += [f"PYTHONPATH={shlex.quote(str(root))}${{PYTHONPATH:+:$PYTHONPATH}}", "export PYTHONPATH"]
     lines.append(f'exec {shlex.quote(python)} -m nvdeploy.sim.fake_tool "$0" "$@"')
     return "\n".join(lines) + "\n"
 
 
-def install_fake_tools(bin_dir: Path, python: str = sys.executable) -> list[Path]:
+def install_fake_tools(bin_dir: Path, python: str = sys.executable, pythonpath: Path | None = None) -> list[Path]:
     """Write executable fake-tool wrappers into ``bin_dir`` (created if needed); return their paths."""
     bin_dir = Path(bin_dir)
     bin_dir.mkdir(parents=True, exist_ok=True)
-    text = wrapper_script(python)
+    text = wrapper_script(python, pythonpath)
     written = []
     for name in FAKE_TOOLS:
         target = bin_dir / name

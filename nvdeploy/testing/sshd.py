@@ -344,9 +344,35 @@ def _python_for(user: str) -> str:
     return shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or sys.executable
 
 
+def _copy_pylib(workdir: Path, python: str) -> Path:
+    """A world-readable copy of nvdeploy (with its built-in data) for the fake tools of the test user.
+
+    The checkout or the project's interpreter may sit below a private folder (``/root`` is 0700): the fake
+    tools run as the unprivileged test user, so they import nvdeploy (and PyYAML where that interpreter lacks
+    it) from this copy.
+    """
+    import nvdeploy
+    from nvdeploy.builtin import data_dir
+
+    pylib = workdir / "pylib"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "_data")
+    shutil.copytree(Path(nvdeploy.__file__).parent, pylib / "nvdeploy", ignore=ignore)
+    shutil.copytree(data_dir("checks"), pylib / "nvdeploy" / "_data" / "checks", ignore=ignore)
+    probe = subprocess.run([python, "-c", "import yaml"], capture_output=True, timeout=30)
+    if probe.returncode != 0:
+        import yaml
+
+        shutil.copytree(Path(yaml.__file__).parent, pylib / "yaml", ignore=shutil.ignore_patterns("__pycache__"))
+    for folder, _dirs, files in os.walk(pylib):
+        os.chmod(folder, 0o755)  # noqa: S103 - the unprivileged test user must read it
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o644)
+    return pylib
+
+
 def _fake_tool_installer() -> Any:
     try:
-        from nvdeploy.sim import fake_tool  # type: ignore[attr-defined,unused-ignore]
+        from nvdeploy.sim import fake_tool
     except ModuleNotFoundError as exc:
         if exc.name in ("nvdeploy.sim", "nvdeploy.sim.fake_tool"):
             return None  # not written yet: bin folders stay empty
@@ -358,7 +384,7 @@ def _check_traversable(path: Path) -> None:
     for parent in [path, *path.parents]:
         if not parent.stat().st_mode & 0o001:
             raise HarnessError(f"{parent} is not searchable by other users (mode {parent.stat().st_mode & 0o777:o});"
-                               " the fake nodes' login user could not reach its files: use a folder under /tmp")
+                               " the fake nodes' login user could not reach its files: chmod o+x it or pass no workdir")
 
 
 class SshCluster:
@@ -573,6 +599,7 @@ class SshCluster:
 
             entry = pwd.getpwnam(self._user)
             uid, gid = entry.pw_uid, entry.pw_gid
+        pylib = _copy_pylib(workdir, python) if installer is not None else None
         nodes_dir = workdir / "nodes"
         nodes_dir.mkdir(mode=0o755)
         nodes_dir.chmod(0o755)
@@ -588,7 +615,7 @@ class SshCluster:
             node = FakeNode(name, node_address(index), 0, self._user, bin_dir, scenario, home)
             self._write_scenario(node, text)
             if installer is not None:
-                installer(bin_dir, python=python)
+                installer(bin_dir, python=python, pythonpath=pylib)
                 for path in bin_dir.iterdir():
                     path.chmod(path.stat().st_mode | 0o555)
             self._nodes.append(node)

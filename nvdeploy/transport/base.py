@@ -65,7 +65,7 @@ class Transport(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional for transports without state
         """Release the connection. Safe to call twice, and from another thread to abort a run."""
 
-    def __enter__(self) -> "Transport":
+    def __enter__(self) -> Transport:
         self.connect()
         return self
 

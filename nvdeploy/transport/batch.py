@@ -55,7 +55,8 @@ def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False) -
         lines.insert(0, "IFS= read -r NVD_SUDO_PW || NVD_SUDO_PW=")
     for index, spec in enumerate(commands):
         lines.append(
-            f'( {_command_line(spec, sudo_password)} >"$d/{index}.o" 2>"$d/{index}.e" </dev/null; echo $? >"$d/{index}.r" ) &'
+            f'( {_command_line(spec, sudo_password)} >"$d/{index}.o" 2>"$d/{index}.e" </dev/null; '
+            f'echo $? >"$d/{index}.r" ) &'
         )
     lines.append("wait")
     for index, spec in enumerate(commands):

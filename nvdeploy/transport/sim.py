@@ -37,9 +37,10 @@ class SimTransport(Transport):
                                   duration_s=spec.timeout_s, error=ErrorReason.TIMEOUT,
                                   error_detail=f"timed out after {spec.timeout_s:g} s"), spec.timeout_s)
         cap = spec.max_bytes
+        truncated = len(output.stdout) > cap or len(output.stderr) > cap
         return (CommandResult(name=spec.name, command=spec.display, rc=output.rc, stdout=output.stdout[:cap],
-                              stderr=output.stderr[:cap], truncated=len(output.stdout) > cap or len(output.stderr) > cap,
-                              stdout_total=len(output.stdout), stderr_total=len(output.stderr)), 0.0)
+                              stderr=output.stderr[:cap], truncated=truncated, stdout_total=len(output.stdout),
+                              stderr_total=len(output.stderr)), 0.0)
 
     def run_batch(self, commands: Sequence[CommandSpec], deadline_s: Optional[float] = None) -> list[CommandResult]:
         if not self._connected:

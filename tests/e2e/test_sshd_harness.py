@@ -16,9 +16,16 @@ import paramiko
 import pytest
 import yaml
 
-from nvdeploy.testing import FakeNode, SshCluster, node_address, pid_alive, sshd_available
+from nvdeploy.testing import (
+    FakeNode,
+    HarnessError,
+    SshCluster,
+    iter_cluster_processes,
+    node_address,
+    pid_alive,
+    sshd_available,
+)
 from nvdeploy.testing.pytest_plugin import ClusterFactory, ssh_cluster_factory  # noqa: F401
-from nvdeploy.testing.sshd import iter_cluster_processes
 
 needs_sshd = pytest.mark.skipif(not sshd_available(), reason="/usr/sbin/sshd is not installed (openssh-server)")
 REPO = Path(__file__).resolve().parents[2]
@@ -333,3 +340,25 @@ def test_inventory_yaml(ssh_cluster_factory: ClusterFactory, tmp_path: Path) -> 
     inventory = load_inventory(path)
     assert [(h.name, h.address, h.connection) for h in inventory.hosts] == [
         ("node01", "127.0.1.1", "ssh"), ("node02", "127.0.1.2", "ssh")]
+
+
+@needs_sshd
+@pytest.mark.timeout(120)
+def test_given_workdir_is_checked_and_kept(tmp_path: Path) -> None:
+    if os.geteuid() == 0:  # pytest's tmp_path is 0700: the nvdtest login user could not reach it
+        with pytest.raises(HarnessError, match="not searchable"):
+            SshCluster(1, workdir=tmp_path / "cluster").start()
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="nvd-sshd-test-", dir="/tmp"))
+    base.chmod(0o755)
+    try:
+        with SshCluster(1, workdir=base / "cluster") as cluster:
+            client = connect(cluster, cluster.nodes[0])
+            assert run(client, "echo hi")[1] == "hi\n"
+            client.close()
+        assert (base / "cluster" / "nodes" / "node01" / "scenario.json").exists()
+    finally:
+        import shutil
+
+        shutil.rmtree(base, ignore_errors=True)

@@ -17,9 +17,10 @@ from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.results import ClusterVerdict, ErrorReason, Verdict
 
 CATALOG = ProfileCatalog()
+DEFAULT_OPTIONS = EngineOptions()
 
 
-def run(tmp_path: Path, hosts: dict, options: EngineOptions = EngineOptions(), extra_vars: str = "", **kwargs):
+def run(tmp_path: Path, hosts: dict, options: EngineOptions = DEFAULT_OPTIONS, extra_vars: str = "", **kwargs):
     lines = ["all:", "  vars:", "    connection: sim", "    profile: h100-sxm-8x", '    driver_version: "550.90.07"']
     lines += [f"    {line}" for line in extra_vars.splitlines() if line.strip()]
     lines.append("  hosts:")
@@ -174,8 +175,10 @@ def test_reports_rebuild_from_journal_after_a_crash(tmp_path):
     (outcome.run_dir / "results.json").unlink()
     (outcome.run_dir / "report.html").unlink()
     journal = outcome.run_dir / "results.jsonl"
-    lines = journal.read_text().splitlines()
-    journal.write_text("\n".join(lines[:2]) + "\n" + lines[2][:40])  # header, node a, a torn line for b
+    header, *nodes = journal.read_text().splitlines()
+    line_a = next(line for line in nodes if '"name":"a"' in line)
+    line_b = next(line for line in nodes if '"name":"b"' in line)
+    journal.write_text(f"{header}\n{line_a}\n{line_b[:40]}")  # b's line torn as by a crash mid-write
     rebuilt = rebuild_reports(outcome.run_dir)
     assert (outcome.run_dir / "report.html").exists()
     assert node(rebuilt, "a").verdict is Verdict.PASS

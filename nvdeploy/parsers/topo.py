@@ -1,0 +1,146 @@
+"""Parse ``nvidia-smi topo -m`` / ``topo -mp`` connection matrices.
+
+Columns may be separated by tabs (what nvidia-smi prints) or spaces (documentation copies); the header row may be
+wrapped in ANSI underline escapes and may or may not carry ``NUMA Affinity`` / ``GPU NUMA ID`` columns. Matrix
+cells are kept exactly as printed (``X`` on the diagonal, ``NV18``, ``PIX``, ``SYS``...). Parsing stops at the
+``Legend:`` block; a ``NIC Legend:`` block maps ``NIC0`` to the RDMA device name. Never raises.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TopoFacts:
+    """``gpus``: GPU labels in header order (``GPU0``...). ``nics``: the other device columns (``NIC0`` or, on old
+    drivers, ``mlx5_0``). ``matrix[row][column]``: the printed cell, for every row (GPUs and NICs) and column,
+    the diagonal included (``X``). ``nic_names``: ``{"NIC0": "mlx5_0"}`` from the NIC Legend. ``affinity[row]``:
+    ``{"CPU Affinity": "0-23", "NUMA Affinity": "0", "GPU NUMA ID": "N/A"}`` as far as printed."""
+
+    gpus: tuple[str, ...] = ()
+    matrix: dict[str, dict[str, str]] = field(default_factory=dict)
+    nics: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    nic_names: dict[str, str] = field(default_factory=dict)
+    affinity: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpus": list(self.gpus),
+            "matrix": {row: dict(cells) for row, cells in self.matrix.items()},
+            "nics": list(self.nics),
+            "warnings": list(self.warnings),
+            "nic_names": dict(self.nic_names),
+            "affinity": {row: dict(cells) for row, cells in self.affinity.items()},
+        }
+
+
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]")
+_GPU_RE = re.compile(r"^GPU\d+$")
+# A device column: GPUn, NICn, or (drivers before ~470) the RDMA device itself (mlx5_0, bnxt_re0, irdma1...).
+_DEVICE_RE = re.compile(r"^(?:GPU\d+|NIC\d+|[A-Za-z][A-Za-z0-9]*_?[A-Za-z0-9]*\d+)$")
+# -m/-mp link types, plus the -p2p r/w/n/a/p status codes.
+_CONNECTION_RE = re.compile(r"^(?:X|SYS|NODE|PHB|PXB|PIX|SOC|PSB|NV\d+|C2C|OK|CNS|GNS|TNS|NS|U)$")
+_AFFINITY_WORDS = ("CPU", "NUMA", "GPU")
+_AFFINITY_NAME_RE = re.compile(r"CPU\s+Affinity|NUMA\s+Affinity|GPU\s+NUMA\s+ID|\S+")
+_LEGEND_RE = re.compile(r"^\s*(?:NIC\s+)?Legend\s*:?\s*$", re.IGNORECASE)
+_NIC_LEGEND_RE = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+_MAX_WARNINGS = 20
+
+
+def _prepare(text: Any) -> tuple[str, list[str]]:
+    warnings: list[str] = []
+    if text is None:
+        text = ""
+    elif isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", errors="replace")
+    elif not isinstance(text, str):
+        text = str(text)
+    if "\x00" in text:
+        warnings.append("input contained NUL bytes (removed)")
+        text = text.replace("\x00", "")
+    if "\ufffd" in text:
+        warnings.append("input contained undecodable bytes (U+FFFD replacement characters)")
+    return _ANSI_RE.sub("", text.replace("\r\n", "\n").replace("\r", "\n")), warnings
+
+
+def _is_header(tokens: list[str]) -> bool:
+    if not tokens or not _GPU_RE.match(tokens[0]):
+        return False
+    return len(tokens) == 1 or tokens[1] in _AFFINITY_WORDS or bool(_DEVICE_RE.match(tokens[1]))
+
+
+def _split_header(tokens: list[str]) -> tuple[list[str], list[str]]:
+    columns: list[str] = []
+    rest: list[str] = []
+    for i, token in enumerate(tokens):
+        if token in _AFFINITY_WORDS:
+            rest = _AFFINITY_NAME_RE.findall(" ".join(tokens[i:]))
+            break
+        columns.append(token)
+    return columns, [re.sub(r"\s+", " ", name) for name in rest]
+
+
+def parse_topo(text: str) -> TopoFacts:
+    """Read the GPU/NIC connection matrix of ``nvidia-smi topo -m`` or ``-mp``. Never raises."""
+    text, warnings = _prepare(text)
+    if not text.strip():
+        return TopoFacts(warnings=(*warnings, "empty input"))
+    columns: list[str] = []
+    affinity_names: list[str] = []
+    matrix: dict[str, dict[str, str]] = {}
+    affinity: dict[str, dict[str, str]] = {}
+    nic_names: dict[str, str] = {}
+    rows: list[str] = []
+    state = "before"  # before -> matrix -> legend
+    for raw in text.split("\n"):
+        tokens = raw.split()
+        if not tokens:
+            continue
+        if _LEGEND_RE.match(raw):
+            state = "legend"
+            continue
+        if state == "legend":
+            nic = _NIC_LEGEND_RE.match(raw)
+            if nic:
+                nic_names[nic.group(1)] = nic.group(2)
+            continue
+        if _is_header(tokens):
+            if state == "matrix":
+                if len(warnings) < _MAX_WARNINGS:
+                    warnings.append("a second matrix header was found; only the first matrix is read")
+                state = "legend"
+                continue
+            columns, affinity_names = _split_header(tokens)
+            state = "matrix"
+            continue
+        if state != "matrix":
+            continue
+        label = tokens[0]
+        if not (label in columns or _DEVICE_RE.match(label)) or (len(tokens) > 1 and not _CONNECTION_RE.match(tokens[1])):
+            if len(warnings) < _MAX_WARNINGS:
+                warnings.append(f"line in the matrix not understood: {raw.strip()[:200]!r}")
+            continue
+        cells = tokens[1:1 + len(columns)]
+        if len(cells) < len(columns) and len(warnings) < _MAX_WARNINGS:
+            warnings.append(f"row {label} has {len(cells)} of {len(columns)} cells (truncated?)")
+        if label in matrix and len(warnings) < _MAX_WARNINGS:
+            warnings.append(f"row {label} appears twice; the last one is kept")
+        matrix[label] = dict(zip(columns, cells))
+        extra = tokens[1 + len(columns):]
+        if extra:
+            affinity[label] = dict(zip(affinity_names, extra))
+        if label not in rows:
+            rows.append(label)
+    if not columns:
+        warnings.append("no topology matrix header (a line starting with GPU0) found")
+    devices = columns + [r for r in rows if r not in columns]
+    gpus = tuple(d for d in devices if _GPU_RE.match(d))
+    nics = tuple(d for d in devices if not _GPU_RE.match(d))
+    missing = [g for g in gpus if g not in matrix]
+    if missing and len(warnings) < _MAX_WARNINGS:
+        warnings.append(f"no matrix row for {', '.join(missing)}")
+    return TopoFacts(gpus, matrix, nics, tuple(warnings), nic_names, affinity)

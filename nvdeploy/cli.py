@@ -93,8 +93,9 @@ def _install_sigterm() -> None:
 @click.option("--out", "out_base", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
               show_default=True, help="Base folder; the run goes to OUT/<cluster>/<run-id>/.")
 @click.option("--fail-on-warn", is_flag=True, help="Treat WARN as NOT_READY.")
-@click.option("--level", type=click.Choice(["quick"]), default="quick", show_default=True,
-              help="How deep to check (quick: seconds per node, no stress tests).")
+@click.option("--level", type=click.Choice(["quick", "standard", "full"]), default="quick", show_default=True,
+              help="How deep to check: quick (seconds per node), standard (+ DCGM r2, single-node NCCL), "
+              "full (+ DCGM r3, multi-node NCCL, IB). playbooks/validate.yaml lists the checks of each.")
 @click.option("--connect-timeout", type=click.FloatRange(min=0.5), default=10.0, show_default=True,
               help="Seconds to connect and authenticate.")
 @click.option("--accept-new-host-keys", is_flag=True,
@@ -110,12 +111,18 @@ def validate(inventory: str, limit: Optional[str], forks: int, deadline: Optiona
     """
     from nvdeploy.phases.validate import run_validate
 
+    from nvdeploy.levels import load_levels
+
     inv, catalog = _load(inventory, limit)
+    try:
+        checks = load_levels()[level]
+    except ConfigError as exc:
+        raise _fail(exc.render()) from None
     password = os.environ.get(SUDO_PASSWORD_ENV) or None
     if ask_sudo_pass:
         password = click.prompt("sudo password", hide_input=True, err=True)
     options = EngineOptions(forks=forks, deadline_s=deadline, connect_timeout_s=connect_timeout,
-                            accept_new_host_keys=accept_new_host_keys, sudo_password=password)
+                            accept_new_host_keys=accept_new_host_keys, sudo_password=password, checks=checks)
     _install_sigterm()
     if not quiet:
         click.echo(f"nvdeploy {__version__}: validating {len(inv.hosts)} node(s) of {inv.cluster} "

@@ -1,13 +1,14 @@
 """Collectors: the commands that gather raw evidence from a node. Many checks share one collector.
 
-All light collectors of a node go to the node in ONE round trip (see transport/batch.py), each with its own
-timeout, their outputs kept apart.
+Checks name the collectors they read; the engine runs only the collectors the selected checks need. All light
+collectors of a node go to the node in ONE round trip (see transport/batch.py), each with its own timeout,
+their outputs kept apart; heavy ones (stress tests that take minutes) run afterwards, one round trip each.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from nvdeploy.transport.base import DEFAULT_MAX_BYTES, CommandSpec
 
@@ -18,28 +19,55 @@ class Collector:
     argv: tuple[str, ...]
     timeout_s: float
     needs_root: bool = False
+    heavy: bool = False
     description: str = ""
     max_bytes: int = DEFAULT_MAX_BYTES
+    # The host var that overrides the timeout of this collector (heavy ones have their own).
+    timeout_var: str = "command_timeout"
 
     def spec(self, sudo: bool, timeout_s: Optional[float] = None) -> CommandSpec:
         return CommandSpec(self.name, self.argv, timeout_s or self.timeout_s, sudo=sudo and self.needs_root,
                            max_bytes=self.max_bytes)
 
 
-NVIDIA_SMI_XML = Collector("nvidia_smi_xml", ("nvidia-smi", "-q", "-x"), 60.0,
-                           description="every GPU fact the driver reports (persistence, ECC, rows, PCIe, clocks)")
-LSPCI = Collector("lspci", ("lspci", "-D", "-n", "-d", "10de:"), 20.0,
-                  description="NVIDIA devices on the PCIe bus, whether or not the driver sees them")
-KMSG = Collector("kmsg", ("dmesg",), 20.0, needs_root=True,
-                 description="the kernel log since boot: Xid, SXid and PCIe AER events")
-SUDO_CHECK = Collector("sudo", ("true",), 20.0, needs_root=True, description="sudo works without a prompt")
-
-LIGHT_COLLECTORS: tuple[Collector, ...] = (NVIDIA_SMI_XML, LSPCI, KMSG)
+COLLECTORS: dict[str, Collector] = {}
 
 
-def light_specs(host_vars: Mapping[str, Any]) -> list[CommandSpec]:
-    """The specs of the light collectors for one host, honouring its ``sudo`` and ``command_timeout`` vars."""
+def register_collector(collector: Collector) -> Collector:
+    if collector.name in COLLECTORS:
+        raise ValueError(f"duplicate collector {collector.name!r}")
+    COLLECTORS[collector.name] = collector
+    return collector
+
+
+NVIDIA_SMI_XML = register_collector(Collector(
+    "nvidia_smi_xml", ("nvidia-smi", "-q", "-x"), 60.0,
+    description="every GPU fact the driver reports (persistence, ECC, rows, PCIe, clocks)"))
+LSPCI = register_collector(Collector(
+    "lspci", ("lspci", "-D", "-n", "-d", "10de:"), 20.0,
+    description="NVIDIA devices on the PCIe bus, whether or not the driver sees them"))
+KMSG = register_collector(Collector(
+    "kmsg", ("dmesg",), 20.0, needs_root=True, description="the kernel log since boot: Xid, SXid and PCIe AER events"))
+SUDO_CHECK = register_collector(Collector(
+    "sudo", ("true",), 20.0, needs_root=True, description="sudo works without a prompt"))
+
+
+def specs_for(names: Iterable[str], host_vars: Mapping[str, Any], heavy: bool) -> list[CommandSpec]:
+    """Specs for the named collectors of one kind (light or heavy), honouring the host's sudo and timeouts."""
     sudo = bool(host_vars.get("sudo", False))
-    timeout = host_vars.get("command_timeout")
-    collectors = list(LIGHT_COLLECTORS) + ([SUDO_CHECK] if sudo else [])
-    return [c.spec(sudo, float(timeout) if timeout else None) for c in collectors]
+    out = []
+    for name in dict.fromkeys(names):
+        collector = COLLECTORS[name]
+        if collector.heavy != heavy:
+            continue
+        override = host_vars.get(collector.timeout_var)
+        out.append(collector.spec(sudo, float(override) if override else None))
+    return out
+
+
+def light_specs(host_vars: Mapping[str, Any], names: Optional[Iterable[str]] = None) -> list[CommandSpec]:
+    """The light collectors for one host (all registered light ones when ``names`` is None)."""
+    chosen = list(names) if names is not None else [n for n, c in COLLECTORS.items() if not c.heavy and n != "sudo"]
+    if host_vars.get("sudo") and "sudo" not in chosen:
+        chosen.append("sudo")
+    return specs_for(chosen, host_vars, heavy=False)

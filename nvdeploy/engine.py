@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from nvdeploy.checks import CHECKS, NodeContext
-from nvdeploy.collect import light_specs
+from nvdeploy.collect import light_specs, specs_for
 from nvdeploy.inventory import Host
 from nvdeploy.parse_facts import node_facts, summary_facts
 from nvdeploy.profiles import ProfileCatalog
@@ -132,7 +132,12 @@ class NodeRunner:
             connected = time.monotonic() - started
             reach = Finding("system.reachable", Verdict.PASS, f"connected over {host.connection} in {connected:.2f} s",
                             node=host.name, observed=round(connected, 3), unit="s")
-            results = transport.run_batch(light_specs(host.vars), self._remaining())
+            needed = [c for check_id in self.options.checks for c in CHECKS[check_id].collectors]
+            results = transport.run_batch(light_specs(host.vars, needed), self._remaining())
+            for spec in specs_for(needed, host.vars, heavy=True):
+                if self.stopping.is_set():
+                    break
+                results += transport.run_batch([spec], self._remaining())
         finally:
             transport.close()
             with self._lock:

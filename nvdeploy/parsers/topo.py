@@ -70,7 +70,9 @@ def _prepare(text: Any) -> tuple[str, list[str]]:
 def _is_header(tokens: list[str]) -> bool:
     if not tokens or not _GPU_RE.match(tokens[0]):
         return False
-    return len(tokens) == 1 or tokens[1] in _AFFINITY_WORDS or bool(_DEVICE_RE.match(tokens[1]))
+    if len(tokens) == 1 or tokens[1] in _AFFINITY_WORDS:
+        return True
+    return bool(_DEVICE_RE.match(tokens[1])) and not _CONNECTION_RE.match(tokens[1])
 
 
 def _split_header(tokens: list[str]) -> tuple[list[str], list[str]]:

@@ -50,6 +50,16 @@ IMPLEMENTED_FAULTS = (
 RESERVED_FAULTS = ("nvlink_down", "pcie_degraded", "thermal_throttle", "mig_enabled")
 KNOWN_FAULTS = frozenset(IMPLEMENTED_FAULTS + RESERVED_FAULTS)
 XID_FAULT = re.compile(r"xid([1-9][0-9]{0,3})")
+# Faults added by other modules (nvdeploy/sim/*.py): exact names, and patterns such as ``dcgm_fail:<test>``.
+EXTRA_FAULTS: dict[str, str] = {}
+EXTRA_FAULT_PATTERNS: dict[str, re.Pattern[str]] = {}
+
+
+def register_fault(name: str, doc: str, pattern: str | None = None) -> None:
+    """Make ``name`` (or every name matching ``pattern``) a valid fault; ``doc`` says what it does."""
+    EXTRA_FAULTS[name] = doc
+    if pattern is not None:
+        EXTRA_FAULT_PATTERNS[name] = re.compile(pattern)
 
 ECC_GPU = 3
 REMAP_PENDING_GPU = 2
@@ -68,10 +78,20 @@ HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 
 def validate_fault(fault: str) -> str | None:
     """An error message for an unknown fault name; None when ``fault`` is known."""
+    _load_extensions()
     if fault in KNOWN_FAULTS or XID_FAULT.fullmatch(fault):
         return None
-    known = ", ".join(sorted(KNOWN_FAULTS))
+    if fault in EXTRA_FAULTS and fault not in EXTRA_FAULT_PATTERNS:
+        return None
+    if any(p.fullmatch(fault) for p in EXTRA_FAULT_PATTERNS.values()):
+        return None
+    known = ", ".join(sorted(KNOWN_FAULTS | set(EXTRA_FAULTS)))
     return f"unknown fault {fault!r} (known: {known}, or xid<N> such as xid79)"
+
+
+def _load_extensions() -> None:
+    """Importing the tools registers every fault the simulator knows."""
+    from nvdeploy.sim import tools  # noqa: F401
 
 
 @dataclass(frozen=True)

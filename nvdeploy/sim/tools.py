@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from nvdeploy.sim.scenario import NodeFacts, NodeScenario, SimGpu, node_facts
@@ -69,8 +69,34 @@ def _strip_sudo(argv: Sequence[str]) -> list[str]:
     return args
 
 
+ToolFunction = Callable[[NodeScenario, Sequence[str]], ToolOutput]
+# Extra tools (dcgmi, ibstat, mpirun, ...) registered by other modules of nvdeploy/sim; the name is argv[0]'s basename.
+TOOLS: dict[str, ToolFunction] = {}
+# Wrappers applied to every tool's output (chaos faults such as floods or garbage bytes), in registration order.
+OUTPUT_FILTERS: list[Callable[[NodeScenario, str, Sequence[str], ToolOutput], ToolOutput]] = []
+
+
+def register_tool(name: str) -> Callable[[ToolFunction], ToolFunction]:
+    def wrap(function: ToolFunction) -> ToolFunction:
+        if name in TOOLS:
+            raise ValueError(f"duplicate simulated tool {name!r}")
+        TOOLS[name] = function
+        return function
+
+    return wrap
+
+
 def run_tool(scenario: NodeScenario, argv: Sequence[str]) -> ToolOutput:
     """What running ``argv`` on the simulated node prints and returns."""
+    output = _run_tool(scenario, argv)
+    args = _strip_sudo(argv)
+    tool = os.path.basename(args[0]) if args else ""
+    for apply in OUTPUT_FILTERS:
+        output = apply(scenario, tool, args[1:], output)
+    return output
+
+
+def _run_tool(scenario: NodeScenario, argv: Sequence[str]) -> ToolOutput:
     args = _strip_sudo(argv)
     if scenario.has("hang"):
         return ToolOutput(b"", hang=True)
@@ -87,6 +113,8 @@ def run_tool(scenario: NodeScenario, argv: Sequence[str]) -> ToolOutput:
         return ToolOutput(journal_text(scenario).encode())
     if tool in ("true", "false"):
         return ToolOutput(b"", rc=0 if tool == "true" else 1)
+    if tool in TOOLS:
+        return TOOLS[tool](scenario, rest)
     return ToolOutput(b"", f"sh: 1: {tool}: not found\n".encode(), 127)
 
 
@@ -213,3 +241,8 @@ def journal_text(scenario: NodeScenario) -> str:
         when = BOOT_TIME + datetime.timedelta(seconds=t)
         lines.append(f"{when:%b %d %H:%M:%S} {host} kernel: {msg}\n")
     return "".join(lines)
+
+
+# Modules that register more simulated tools and faults (each imports register_tool/register_fault from here).
+# Add a line per module; keep it at the bottom so those modules can import this one.
+from nvdeploy.sim import extensions  # noqa: E402,F401  isort: skip

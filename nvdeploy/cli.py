@@ -206,6 +206,15 @@ def checks_show(check_id: str) -> None:
     click.echo(f"{check.id}  (collectors: {', '.join(check.collectors) or 'none'})\n\n{check.doc}")
 
 
+def _register_commands() -> None:
+    from nvdeploy.commands import register_all
+
+    register_all(cli)
+
+
+_register_commands()
+
+
 def main() -> None:
     try:
         cli.main(prog_name="nvdeploy", standalone_mode=True)

@@ -60,6 +60,18 @@ def cli() -> None:
     """nvdeploy: install, validate and tune NVIDIA GPU clusters; write readiness reports."""
 
 
+def _inventory_of_run(run_dir: Path) -> str:
+    from nvdeploy.record import read_journal
+
+    journal = run_dir / "results.jsonl"
+    if not journal.is_file():
+        raise _fail(f"{journal} not found: nothing to resume")
+    header, _, _ = read_journal(journal)
+    if header is None or not header.get("inventory"):
+        raise _fail(f"{journal} does not name its inventory; pass -i")
+    return str(header["inventory"])
+
+
 def _summary_lines(nodes: list[NodeResult]) -> list[str]:
     """One line per group of nodes with the same verdict and the same failing checks, folded into ranges."""
     groups: dict[tuple[str, str], list[str]] = {}
@@ -85,7 +97,10 @@ def _install_sigterm() -> None:
 
 
 @cli.command()
-@click.option("-i", "--inventory", required=True, help="Inventory YAML file (or a built-in name such as 'demo').")
+@click.option("-i", "--inventory", default=None,
+              help="Inventory YAML file (or a built-in name such as 'demo'). With --resume: the run's own.")
+@click.option("--resume", "resume_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="Finish an interrupted run: check only its nodes without a result, then write its full report.")
 @click.option("--limit", default=None, help="Only these hosts: names, globs, ranges gpu[001-004], groups, !exclude.")
 @click.option("--forks", default=64, show_default=True, type=click.IntRange(1, 1024), help="Nodes checked at once.")
 @click.option("--deadline", type=click.FloatRange(min=1), default=None,
@@ -102,7 +117,7 @@ def _install_sigterm() -> None:
               help="Learn unknown SSH host keys (added to known_hosts). A CHANGED key is always refused.")
 @click.option("--ask-sudo-pass", is_flag=True, help=f"Prompt for the sudo password (or set ${SUDO_PASSWORD_ENV}).")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the verdict and the report path.")
-def validate(inventory: str, limit: Optional[str], forks: int, deadline: Optional[float], out_base: Path,
+def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Optional[str], forks: int, deadline: Optional[float], out_base: Path,
              fail_on_warn: bool, level: str, connect_timeout: float, accept_new_host_keys: bool,
              ask_sudo_pass: bool, quiet: bool) -> None:
     """Validate every node of INVENTORY and write results.json, report.html and junit.xml.
@@ -112,7 +127,12 @@ def validate(inventory: str, limit: Optional[str], forks: int, deadline: Optiona
     from nvdeploy.phases.validate import run_validate
 
     from nvdeploy.levels import load_levels
+    from nvdeploy.phases.validate import resume_validate
 
+    if resume_dir is not None and inventory is None:
+        inventory = _inventory_of_run(resume_dir)
+    if inventory is None:
+        raise _fail("missing option -i/--inventory")
     inv, catalog = _load(inventory, limit)
     try:
         checks = load_levels()[level]
@@ -128,8 +148,11 @@ def validate(inventory: str, limit: Optional[str], forks: int, deadline: Optiona
         click.echo(f"nvdeploy {__version__}: validating {len(inv.hosts)} node(s) of {inv.cluster} "
                    f"(level {level}, forks {forks})", err=True)
     try:
-        outcome = run_validate(inv, catalog, options, out_base, fail_on_warn=fail_on_warn, level=level)
-    except OutputError as exc:
+        if resume_dir is not None:
+            outcome = resume_validate(resume_dir, inv, catalog, options)
+        else:
+            outcome = run_validate(inv, catalog, options, out_base, fail_on_warn=fail_on_warn, level=level)
+    except (OutputError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from None
     if not quiet:
         for line in _summary_lines(list(outcome.run.nodes)):

@@ -13,11 +13,11 @@ from typing import Callable, Optional
 from nvdeploy import __version__
 from nvdeploy.checks.cluster import evaluate_cluster
 from nvdeploy.engine import EngineOptions, NodeRunner, run_hosts
-from nvdeploy.inventory import Inventory
+from nvdeploy.inventory import Host, Inventory
 from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.record import RunRecorder, read_journal, safe_name
 from nvdeploy.report import write_reports
-from nvdeploy.results import NodeResult, RunResult
+from nvdeploy.results import ErrorReason, NodeResult, RunResult
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,6 @@ def finish_run(header: dict, nodes: list[NodeResult], order: list[str], interrup
 def run_validate(inventory: Inventory, catalog: ProfileCatalog, options: EngineOptions, out_base: Path,
                  fail_on_warn: bool = False, level: str = "quick",
                  progress: Optional[Callable[[NodeResult], None]] = None) -> ValidateOutcome:
-    started = time.monotonic()
     run_id = new_run_id()
     run_dir = out_base / safe_name(inventory.cluster) / run_id
     recorder = RunRecorder(run_dir)
@@ -70,8 +69,17 @@ def run_validate(inventory: Inventory, catalog: ProfileCatalog, options: EngineO
     header = {"type": "run", "run_id": run_id, "cluster": inventory.cluster, "phase": "validate", "level": level,
               "started_at": _now(), "profiles": profiles, "nvdeploy_version": __version__,
               "inventory": inventory.path, "user": _user(), "hosts": [h.name for h in inventory.hosts],
-              "fail_on_warn": fail_on_warn}
+              "fail_on_warn": fail_on_warn, "checks": list(options.checks)}
     recorder.journal(header)
+    return _execute(header, list(inventory.hosts), [], recorder, catalog, options, fail_on_warn, progress)
+
+
+def _execute(header: dict, todo: list[Host], kept: list[NodeResult], recorder: RunRecorder,
+             catalog: ProfileCatalog, options: EngineOptions, fail_on_warn: bool,
+             progress: Optional[Callable[[NodeResult], None]]) -> ValidateOutcome:
+    from nvdeploy.results import exit_code_for
+
+    started = time.monotonic()
     deadline_at = started + options.deadline_s if options.deadline_s else None
     runner = NodeRunner(catalog, options, recorder, deadline_at)
 
@@ -81,16 +89,46 @@ def run_validate(inventory: Inventory, catalog: ProfileCatalog, options: EngineO
             progress(node)
 
     try:
-        results, interrupt = run_hosts(list(inventory.hosts), runner, options.forks, on_result)
+        results, interrupt = run_hosts(todo, runner, options.forks, on_result)
     finally:
         recorder.close()
-    run = finish_run(header, list(results.values()), [h.name for h in inventory.hosts], interrupt is not None,
+    nodes = kept + list(results.values())
+    run = finish_run(header, nodes, list(header.get("hosts", [])), interrupt is not None,
                      time.monotonic() - started, fail_on_warn)
-    reports = write_reports(run, run_dir)
-    from nvdeploy.results import exit_code_for
-
+    reports = write_reports(run, recorder.run_dir)
     code = exit_code_for(run.verdict, interrupt is not None, interrupt.exit_code if interrupt else 130)
-    return ValidateOutcome(run, run_dir, reports, int(code))
+    return ValidateOutcome(run, recorder.run_dir, reports, int(code))
+
+
+def _unfinished(node: NodeResult) -> bool:
+    return any(f.reason is ErrorReason.INTERRUPTED for f in node.findings)
+
+
+def resume_validate(run_dir: Path, inventory: Inventory, catalog: ProfileCatalog, options: EngineOptions,
+                    progress: Optional[Callable[[NodeResult], None]] = None) -> ValidateOutcome:
+    """``validate --resume RUN_DIR``: check only the nodes of that run without a finished result, then write the
+    complete reports of the run (same run id, same folder)."""
+    journal = run_dir / "results.jsonl"
+    if not journal.is_file():
+        raise FileNotFoundError(f"{journal} not found: nothing to resume")
+    header, nodes, _ = read_journal(journal)
+    if header is None:
+        raise FileNotFoundError(f"{journal} has no run header")
+    wanted = list(header.get("hosts", []))
+    by_name = {h.name: h for h in inventory.hosts}
+    missing = [name for name in wanted if name not in by_name]
+    if missing:
+        raise ValueError(f"the inventory no longer lists {', '.join(missing[:5])} of the run being resumed")
+    kept = [n for n in nodes if n.name in wanted and not _unfinished(n)]
+    done = {n.name for n in kept}
+    todo = [by_name[name] for name in wanted if name not in done]
+    recorder = RunRecorder(run_dir, append=True)
+    recorder.journal({"type": "resume", "at": _now(), "nodes": [h.name for h in todo]})
+    if header.get("checks"):
+        from dataclasses import replace
+
+        options = replace(options, checks=tuple(header["checks"]))
+    return _execute(header, todo, kept, recorder, catalog, options, bool(header.get("fail_on_warn")), progress)
 
 
 def rebuild_reports(run_dir: Path) -> ValidateOutcome:
@@ -111,8 +149,6 @@ def rebuild_reports(run_dir: Path) -> ValidateOutcome:
         done = {n.name for n in nodes}
         missing = [h for h in hosts if h not in done]
         from nvdeploy.engine import error_node
-        from nvdeploy.inventory import Host
-        from nvdeploy.results import ErrorReason
 
         nodes += [error_node(Host(name, {}), "system.reachable", "no result recorded: the run ended before this "
                              "node finished", ErrorReason.INTERRUPTED) for name in missing]

@@ -210,3 +210,29 @@ def test_results_json_has_the_documented_shape(tmp_path):
     for key in ("check", "verdict", "summary", "observed", "expected", "remediation", "evidence"):
         assert key in finding
     assert finding["remediation"] == "TUNE"
+
+
+def test_resume_finishes_only_the_nodes_without_a_result(tmp_path):
+    import _thread
+
+    from nvdeploy.phases.validate import resume_validate
+
+    hosts = {f"n{i}": [] for i in range(4)}
+    hosts["late"] = ["hang"]
+    threading.Thread(target=lambda: (time.sleep(1.0), _thread.interrupt_main()), daemon=True).start()
+    first = run(tmp_path, hosts, extra_vars="command_timeout: 60")
+    assert first.exit_code == 130
+    inventory_path = tmp_path / "cluster.yaml"
+    # The node is fixed before the resume: the same inventory without the hang.
+    inventory_path.write_text(inventory_path.read_text().replace('{sim_faults: ["hang"]}', "{}"))
+    inventory = load_inventory(inventory_path, CATALOG)
+    before = {n.name: n.duration_s for n in first.run.nodes}
+    resumed = resume_validate(first.run_dir, inventory, CATALOG, EngineOptions())
+    assert resumed.run_dir == first.run_dir
+    assert resumed.exit_code == 0
+    assert not resumed.run.interrupted
+    assert {n.name: n.verdict for n in resumed.run.nodes} == {name: Verdict.PASS for name in hosts}
+    for name in ("n0", "n1", "n2", "n3"):
+        assert node(resumed, name).duration_s == round(before[name], 3)  # kept from the journal, not re-run
+    journal = (first.run_dir / "results.jsonl").read_text()
+    assert '"type":"resume"' in journal and '"nodes":["late"]' in journal

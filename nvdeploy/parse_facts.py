@@ -9,6 +9,7 @@ from nvdeploy.checks.smi_status import SmiStatus, smi_status
 from nvdeploy.parsers.kmsg import parse_kmsg
 from nvdeploy.parsers.lspci import parse_lspci
 from nvdeploy.parsers.nvidia_smi import parse_xml
+from nvdeploy.parsers.nvml_json import parse_probe_json
 from nvdeploy.results import CommandResult, ErrorReason, Verdict
 
 
@@ -23,12 +24,27 @@ def node_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
         if not smi.gpus and smi.warnings:
             status = SmiStatus(Verdict.ERROR, f"nvidia-smi XML not understood: {smi.warnings[0]}",
                                ErrorReason.UNPARSEABLE)
+    probe = results.get("nvml_probe")
+    facts["smi_source"] = "nvidia_smi_xml"
+    facts["probe_warnings"] = ()
+    if probe is not None and probe.ok:
+        probed = parse_probe_json(probe.text)
+        if probed.gpus:
+            # NVML's facts, straight from the library; nvidia-smi's exit status above still decides.
+            smi = probed if status.usable else smi
+            facts["smi_source"] = "nvml_probe" if status.usable else "nvidia_smi_xml"
+        facts["probe_warnings"] = probed.warnings
+    elif probe is not None:
+        facts["probe_warnings"] = (f"probe not used: {probe.error_detail or f'exit {probe.rc}'}",)
     facts["smi_status"] = status
     facts["smi"] = smi
     lspci = results.get("lspci")
     facts["lspci"] = parse_lspci(lspci.text) if lspci is not None and lspci.ok else None
     kmsg = results.get("kmsg")
     facts["kmsg"] = parse_kmsg(kmsg.text) if kmsg is not None and kmsg.ok else None
+    from nvdeploy.parse_catalog import catalog_facts
+
+    facts.update(catalog_facts(results))
     return facts
 
 
@@ -42,12 +58,16 @@ def summary_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
         out["gpu_count"] = len(smi.gpus)
         names = sorted({g.name for g in smi.gpus if g.name})
         out["gpu_model"] = ", ".join(names)
+        out["gpu_facts_source"] = facts.get("smi_source")
     kmsg = facts.get("kmsg")
     if kmsg is not None:
         out["xid_counts"] = dict(kmsg.xid_counts)
     lspci = facts.get("lspci")
     if lspci is not None:
         out["pci_gpu_count"] = len(lspci.gpus)
+    from nvdeploy.parse_catalog import catalog_summary
+
+    out.update(catalog_summary(facts))
     return out
 
 

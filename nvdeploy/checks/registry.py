@@ -26,7 +26,13 @@ class NodeContext:
                 remediation: Remediation = Remediation.NONE, collector: Optional[str] = None) -> Finding:
         return Finding(check=check, verdict=verdict, summary=summary, node=self.node, observed=observed,
                        expected=expected, unit=unit, gpu=gpu, reason=reason, remediation=remediation,
-                       evidence=self.evidence.get(collector) if collector else None, profile=self.profile.stamp)
+                       evidence=self.evidence_for(collector), profile=self.profile.stamp)
+
+    def evidence_for(self, collector: Optional[str]) -> Optional[str]:
+        """The evidence file of ``collector``; GPU facts point at whichever source supplied them."""
+        if collector == "nvidia_smi_xml":
+            collector = self.facts.get("smi_source", collector)
+        return self.evidence.get(collector) if collector else None
 
 
 CheckFunction = Callable[[NodeContext], Sequence[Finding]]

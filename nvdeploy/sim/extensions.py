@@ -3,3 +3,4 @@
 Each module below registers itself on import (``register_tool``, ``register_fault``, ``OUTPUT_FILTERS``). Add one
 import line per new module.
 """
+from nvdeploy.sim import fake_nvml  # noqa: E402,F401

@@ -24,7 +24,7 @@ from nvdeploy.sim.tools import run_tool
 SCENARIO_ENV = "NVD_SCENARIO_FILE"
 PROFILE_DIRS_ENV = "NVD_PROFILE_DIRS"
 FAKE_TOOLS = ("nvidia-smi", "lspci", "dmesg", "journalctl", "dcgmi", "ibstat", "systemctl", "mpirun",
-              "all_reduce_perf")
+              "all_reduce_perf", "python3")
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the nvdeploy package
 
 

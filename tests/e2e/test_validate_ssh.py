@@ -147,3 +147,14 @@ def test_hung_command_times_out_and_other_collectors_report(ssh_cluster_factory,
     assert any(f.reason is ErrorReason.TIMEOUT for f in hung.findings)
     assert nodes["gpu02"].verdict is Verdict.PASS
     assert hung.duration_s < 30
+
+
+def test_probe_supplies_gpu_facts_and_nvidia_smi_is_the_fallback_without_python3(ssh_cluster_factory, tmp_path):
+    cluster = ssh_cluster_factory([scenario("gpu01"), scenario("gpu02", "no_python")])
+    nodes = by_name(validate(cluster, tmp_path))
+    assert nodes["gpu01"].facts["gpu_facts_source"] == "nvml_probe"
+    assert nodes["gpu02"].facts["gpu_facts_source"] == "nvidia_smi_xml"
+    for node in nodes.values():
+        assert node.verdict is Verdict.PASS, node.findings
+    persistence = next(f for f in nodes["gpu01"].findings if f.check == "gpu.persistence")
+    assert persistence.evidence == "evidence/gpu01/nvml_probe.out"

@@ -1,0 +1,42 @@
+"""The node probe's JSON (nvdeploy/probe/nvml_probe.py) read into the same facts as nvidia-smi's XML."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from nvdeploy.parsers.nvidia_smi import GpuFacts, SmiFacts
+
+END_MARKER = "__NVD_PROBE_END__"
+_FIELDS = set(GpuFacts.__dataclass_fields__)
+
+
+def _gpu(raw: Any, warnings: list[str]) -> GpuFacts:
+    values = {k: v for k, v in raw.items() if k in _FIELDS} if isinstance(raw, dict) else {}
+    if "clocks_event_reasons_active" in values:
+        values["clocks_event_reasons_active"] = tuple(values["clocks_event_reasons_active"] or ())
+    try:
+        return GpuFacts(**values)
+    except TypeError as exc:
+        warnings.append(f"probe GPU entry not understood: {exc}")
+        return GpuFacts()
+
+
+def parse_probe_json(text: str) -> SmiFacts:
+    """Facts from the probe's output; no GPUs and a warning when it is cut off, not JSON, or reports an error."""
+    body, marker, _ = text.partition(END_MARKER)
+    if not marker:
+        return SmiFacts(format="nvml", warnings=("probe output has no end marker (cut off?)",))
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        return SmiFacts(format="nvml", warnings=(f"probe output is not JSON: {exc}",))
+    if not isinstance(data, dict):
+        return SmiFacts(format="nvml", warnings=("probe output is not a JSON object",))
+    if "error" in data:
+        return SmiFacts(format="nvml", warnings=(f"probe could not use NVML: {data['error']}",))
+    warnings: list[str] = []
+    gpus = tuple(_gpu(raw, warnings) for raw in data.get("gpus") or [])
+    return SmiFacts(driver_version=data.get("driver_version"), cuda_version=data.get("cuda_version"),
+                    gpu_count_reported=data.get("gpu_count_reported"), gpus=gpus, warnings=tuple(warnings),
+                    format="nvml")

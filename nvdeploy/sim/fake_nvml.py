@@ -1,0 +1,119 @@
+"""A fake pynvml for simulated nodes: the NVML calls the node probe makes, answered from the scenario.
+
+It is built from the same :class:`NodeFacts` the fake ``nvidia-smi`` prints, but independently of that
+rendering, so a test that compares the probe's facts with the parsed XML checks both paths for real.
+Also registers the simulated ``python3``: it runs the shipped probe against this fake NVML (fault
+``no_python``: the node has no python3, so the caller falls back to nvidia-smi).
+"""
+
+from __future__ import annotations
+
+import io
+import types
+from collections.abc import Sequence
+from contextlib import redirect_stdout
+from typing import Any
+
+from nvdeploy.sim.scenario import NodeFacts, NodeScenario, node_facts, register_fault
+from nvdeploy.sim.tools import ToolOutput, register_tool
+
+register_fault("no_python", "the node has no python3: the NVML probe cannot run and nvidia-smi is used instead")
+
+
+class NVMLError(Exception):
+    def __init__(self, value: int) -> None:
+        super().__init__(f"NVML error {value}")
+        self.value = value
+
+
+NOT_SUPPORTED = 3
+DRIVER_NOT_LOADED = 9
+
+
+def fake_nvml(facts: NodeFacts) -> Any:
+    """A module-like object with the pynvml functions and constants the probe uses."""
+    nvml = types.SimpleNamespace()
+    nvml.NVMLError = NVMLError
+    nvml.NVML_FEATURE_ENABLED = 1
+    nvml.NVML_DEVICE_MIG_ENABLE = 1
+    nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+    nvml.NVML_VOLATILE_ECC = 0
+    nvml.NVML_AGGREGATE_ECC = 1
+    nvml.NVML_TEMPERATURE_GPU = 0
+    nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
+    gpus = facts.gpus
+
+    def init() -> None:
+        if not facts.driver_loaded:
+            raise NVMLError(DRIVER_NOT_LOADED)
+
+    def unsupported(*_: Any) -> Any:
+        raise NVMLError(NOT_SUPPORTED)
+
+    def major_minor(version: str) -> int:
+        major, minor = (version.split(".") + ["0"])[:2]
+        return int(major) * 1000 + int(minor) * 10
+
+    nvml.nvmlInit = init
+    nvml.nvmlShutdown = lambda: None
+    nvml.nvmlSystemGetDriverVersion = lambda: facts.driver_version
+    nvml.nvmlSystemGetCudaDriverVersion = lambda: major_minor(facts.cuda_version)
+    nvml.nvmlDeviceGetCount = lambda: len(gpus)
+    nvml.nvmlDeviceGetHandleByIndex = lambda index: gpus[index]
+    nvml.nvmlDeviceGetName = lambda g: g.product_name
+    nvml.nvmlDeviceGetUUID = lambda g: g.uuid
+    nvml.nvmlDeviceGetSerial = lambda g: g.serial
+    nvml.nvmlDeviceGetPciInfo = lambda g: types.SimpleNamespace(busId=g.bus_id.encode())
+    nvml.nvmlDeviceGetPersistenceMode = lambda g: int(g.persistence)
+    nvml.nvmlDeviceGetEccMode = lambda g: (int(g.ecc_enabled), int(g.ecc_enabled))
+    nvml.nvmlDeviceGetTotalEccErrors = lambda g, kind, counter: (
+        g.dram_uncorrectable_volatile if counter == nvml.NVML_VOLATILE_ECC else g.dram_uncorrectable_aggregate)
+    nvml.nvmlDeviceGetRemappedRows = lambda g: (g.remapped_rows_correctable, g.remapped_rows_uncorrectable,
+                                                int(g.remap_pending), int(g.remap_failure))
+    # HBM GPUs of the simulated generations remap rows instead of retiring pages.
+    nvml.nvmlDeviceGetRetiredPagesPendingStatus = unsupported
+    nvml.nvmlDeviceGetRetiredPages = unsupported
+    nvml.nvmlDeviceGetCurrPcieLinkGeneration = lambda g: g.pcie_gen_current
+    nvml.nvmlDeviceGetMaxPcieLinkGeneration = lambda g: g.pcie_gen_max
+    nvml.nvmlDeviceGetCurrPcieLinkWidth = lambda g: g.pcie_width_current
+    nvml.nvmlDeviceGetMaxPcieLinkWidth = lambda g: g.pcie_width_max
+    nvml.nvmlDeviceGetMemoryInfo = lambda g: types.SimpleNamespace(total=g.memory_mib * 1024 * 1024)
+    nvml.nvmlDeviceGetTemperature = lambda g, sensor: g.temperature_c
+
+    def power(g: Any) -> int:
+        if g.power_limit_w is None:
+            raise NVMLError(NOT_SUPPORTED)
+        return int(round(g.power_limit_w * 1000))
+
+    nvml.nvmlDeviceGetPowerManagementLimit = power
+    nvml.nvmlDeviceGetPowerManagementDefaultLimit = power
+
+    def mig(g: Any) -> tuple[int, int]:
+        if not g.mig_capable:
+            raise NVMLError(NOT_SUPPORTED)
+        return int(g.mig_enabled), int(g.mig_enabled)
+
+    nvml.nvmlDeviceGetMigMode = mig
+    # hw_slowdown | sw_thermal_slowdown | hw_thermal_slowdown, as the simulated XML marks a throttling GPU.
+    nvml.nvmlDeviceGetCurrentClocksEventReasons = lambda g: (0x8 | 0x20 | 0x40) if g.thermal_slowdown else 0
+    return nvml
+
+
+def run_probe(scenario: NodeScenario) -> ToolOutput:
+    from nvdeploy.probe import nvml_probe
+
+    buffer = io.StringIO()
+    with redirect_stdout(buffer):
+        rc = nvml_probe.main(fake_nvml(node_facts(scenario)))
+    return ToolOutput(buffer.getvalue().encode(), rc=rc)
+
+
+@register_tool("python3")
+def python3(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
+    from nvdeploy.probe.ship import BOOTSTRAP
+
+    if scenario.has("no_python"):
+        return ToolOutput(b"", b"sh: 1: python3: not found\n", 127)
+    if len(args) >= 2 and args[0] == "-c" and args[1] == BOOTSTRAP:
+        return run_probe(scenario)
+    return ToolOutput(b"", b"simulated python3 runs only the nvdeploy probe\n", 2)

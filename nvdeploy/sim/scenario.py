@@ -103,9 +103,12 @@ class NodeScenario:
     faults: tuple[str, ...] = ()
     sku: Profile | None = None
     cluster_driver: str | None = None
+    # The other nodes of the simulated cluster, (address or name, faults): multi-node tools (mpirun) read them.
+    peers: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "faults", tuple(self.faults))
+        object.__setattr__(self, "peers", tuple((str(a), tuple(f)) for a, f in self.peers))
         for fault in self.faults:
             problem = validate_fault(fault)
             if problem:
@@ -136,6 +139,7 @@ class NodeScenario:
             "faults": list(self.faults),
             "sku": self.sku.name if self.sku is not None else None,
             "cluster_driver": self.cluster_driver,
+            "peers": [[address, list(faults)] for address, faults in self.peers],
         }, indent=None, sort_keys=False)
 
     @classmethod
@@ -143,7 +147,7 @@ class NodeScenario:
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError("scenario JSON must be an object")
-        unknown = set(data) - {"name", "profile", "faults", "sku", "cluster_driver"}
+        unknown = set(data) - {"name", "profile", "faults", "sku", "cluster_driver", "peers"}
         if unknown:
             raise ValueError(f"unknown scenario keys: {', '.join(sorted(unknown))}")
         for key in ("name", "profile"):
@@ -158,8 +162,12 @@ class NodeScenario:
             raise ValueError("scenario key 'sku' must be a string or null")
         if driver is not None and not isinstance(driver, str):
             raise ValueError("scenario key 'cluster_driver' must be a string or null")
+        peers = data.get("peers") or []
+        if not isinstance(peers, list) or not all(isinstance(p, list) and len(p) == 2 for p in peers):
+            raise ValueError("scenario key 'peers' must be a list of [address, [faults]]")
         return cls(name=data["name"], profile=catalog.get(data["profile"]), faults=tuple(faults),
-                   sku=catalog.get(sku) if sku is not None else None, cluster_driver=driver)
+                   sku=catalog.get(sku) if sku is not None else None, cluster_driver=driver,
+                   peers=tuple((str(a), tuple(f)) for a, f in peers))
 
 
 @dataclass(frozen=True)

@@ -285,7 +285,7 @@ def test_scenario_json_round_trip() -> None:
     scenario = node("xid79", "gpu_missing", sku=CATALOG.get("h200-8x"), cluster_driver="550.54.15")
     data = json.loads(scenario.to_json())
     assert data == {"name": "gpu-node-01", "profile": "h100-sxm-8x", "faults": ["xid79", "gpu_missing"],
-                    "sku": "h200-8x", "cluster_driver": "550.54.15"}
+                    "sku": "h200-8x", "cluster_driver": "550.54.15", "peers": []}
     assert NodeScenario.from_json(scenario.to_json(), CATALOG) == scenario
     assert NodeScenario.from_json(HEALTHY.to_json(), CATALOG) == HEALTHY
     with pytest.raises(ValueError):

@@ -15,8 +15,21 @@ from dataclasses import dataclass
 from typing import Any
 
 
+def _plain(value: Any) -> Any:
+    """Dataclasses to dicts and tuples to lists, recursively (what every ``to_dict`` here returns)."""
+    if hasattr(value, "__dataclass_fields__"):
+        return {name: _plain(getattr(value, name)) for name in value.__dataclass_fields__}
+    return [_plain(v) for v in value] if isinstance(value, (tuple, list)) else value
+
+
+class _Facts:
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values: nested facts as dicts, tuples as lists."""
+        return _plain(self)
+
+
 @dataclass(frozen=True)
-class DcgmResult:
+class DcgmResult(_Facts):
     """One verdict of one test. ``gpu`` is None when the result is for all GPUs (text ``Pass - All``, a
     Deployment row) or for a non-GPU entity; a JSON ``gpu_ids`` list is expanded into one result per GPU."""
 
@@ -24,12 +37,9 @@ class DcgmResult:
     verdict: str
     messages: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"gpu": self.gpu, "verdict": self.verdict, "messages": list(self.messages)}
-
 
 @dataclass(frozen=True)
-class DcgmTest:
+class DcgmTest(_Facts):
     """One test (plugin). ``verdict`` is the DCGM 4 ``test_summary`` status when present, else the worst of the
     results; ``messages`` are test-level (``test_summary``) messages."""
 
@@ -39,13 +49,9 @@ class DcgmTest:
     verdict: str | None = None
     messages: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "category": self.category, "results": [r.to_dict() for r in self.results],
-                "verdict": self.verdict, "messages": list(self.messages)}
-
 
 @dataclass(frozen=True)
-class DcgmDiagFacts:
+class DcgmDiagFacts(_Facts):
     """``overall``: ``Overall Result`` when printed, else the worst verdict, FAIL > WARN > PASS > SKIP (so PASS
     with every plugin skipped is PASS; look at ``tests``), None when no verdict was read. ``runtime_error``: the
     error dcgmi printed instead of results. ``complete``: False for truncated JSON or a table without its
@@ -61,26 +67,17 @@ class DcgmDiagFacts:
     hostengine_unreachable: bool = False
     runtime_error: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"format": self.format, "dcgm_version": self.dcgm_version, "driver_version": self.driver_version,
-                "overall": self.overall, "tests": [t.to_dict() for t in self.tests], "complete": self.complete,
-                "warnings": list(self.warnings), "hostengine_unreachable": self.hostengine_unreachable,
-                "runtime_error": self.runtime_error}
-
 
 @dataclass(frozen=True)
-class DcgmGpu:
+class DcgmGpu(_Facts):
     id: int
     name: str | None = None
     pci_bus_id: str | None = None
     uuid: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "name": self.name, "pci_bus_id": self.pci_bus_id, "uuid": self.uuid}
-
 
 @dataclass(frozen=True)
-class DcgmDiscoveryFacts:
+class DcgmDiscoveryFacts(_Facts):
     """``gpus_found`` / ``nvswitches_found``: the counts dcgmi printed ("4 GPUs found."), None when absent."""
 
     gpus: tuple[DcgmGpu, ...] = ()
@@ -89,11 +86,6 @@ class DcgmDiscoveryFacts:
     hostengine_unreachable: bool = False
     gpus_found: int | None = None
     nvswitches_found: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"gpus": [g.to_dict() for g in self.gpus], "nvswitches": list(self.nvswitches),
-                "warnings": list(self.warnings), "hostengine_unreachable": self.hostengine_unreachable,
-                "gpus_found": self.gpus_found, "nvswitches_found": self.nvswitches_found}
 
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -110,19 +102,12 @@ _MAX_WARNINGS = 20
 
 
 def _prepare(text: Any) -> tuple[str, list[str]]:
-    warnings: list[str] = []
-    if text is None:
-        text = ""
-    elif isinstance(text, (bytes, bytearray)):
+    if isinstance(text, (bytes, bytearray)):
         text = bytes(text).decode("utf-8", errors="replace")
-    elif not isinstance(text, str):
-        text = str(text)
-    if "\x00" in text:
-        warnings.append("input contained NUL bytes (removed)")
-        text = text.replace("\x00", "")
-    if "\ufffd" in text:
-        warnings.append("input contained undecodable bytes (U+FFFD replacement characters)")
-    return _ANSI_RE.sub("", text.replace("\r\n", "\n").replace("\r", "\n")), warnings
+    text = "" if text is None else str(text)
+    warnings = [msg for msg, odd in (("input contained NUL bytes (removed)", "\x00" in text),
+                ("input contained undecodable bytes (U+FFFD replacement characters)", "\ufffd" in text)) if odd]
+    return _ANSI_RE.sub("", text.replace("\x00", "").replace("\r\n", "\n").replace("\r", "\n")), warnings
 
 
 def _verdict(raw: Any) -> str | None:
@@ -138,99 +123,93 @@ def _worst(verdicts: Any) -> str | None:
 
 
 def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    return None
+    text = str(value).strip() if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
+    return int(text) if re.fullmatch(r"[0-9]{1,18}", text) else None
 
 
 # ----------------------------------------------------------------------------------------------- lenient JSON
 class _Json:
-    """Recursive-descent JSON reader that returns what it read when the text is cut or malformed."""
+    """Recursive-descent JSON reader that keeps what it read when the text is cut short or malformed."""
 
-    _LITERAL = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|null")
+    _LITERAL = re.compile(r"-?(?:0|[1-9]\d{0,300})(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|null")  # valid JSON only
 
     def __init__(self, text: str, start: int) -> None:
-        self.s, self.i = text, start
-        self.truncated = False
+        self.s, self.i, self.truncated = text, start, False
         self.problems: list[str] = []
 
-    def _ws(self) -> bool:
+    def _more(self) -> bool:
+        """Skip whitespace; False (and ``truncated``) at the end of the text."""
         while self.i < len(self.s) and self.s[self.i] in " \t\n\r":
             self.i += 1
-        if self.i >= len(self.s):
-            self.truncated = True
-            return False
-        return True
+        self.truncated = self.truncated or self.i >= len(self.s)
+        return self.i < len(self.s)
 
     def value(self, depth: int = 0) -> Any:
-        if not self._ws():
+        if not self._more():
             return None
         c = self.s[self.i]
-        if depth > 64:
+        if depth > 100:
             self.problems.append("JSON nested too deeply")
-            self.i = len(self.s)
-            return None
-        if c in "{[":
+            self.i, self.truncated = len(self.s), True
+        elif c in "{[":
             return self._container(depth, c == "{")
-        if c == '"':
+        elif c == '"':
             return self._string()
-        lit = self._LITERAL.match(self.s, self.i)
-        if lit:
+        elif lit := self._LITERAL.match(self.s, self.i):
             self.i = lit.end()
             return json.loads(lit.group(0))
-        self.problems.append(f"unexpected character {c!r} at offset {self.i}")
-        self.i += 1
+        else:
+            self._problem(f"unexpected character {c!r} at offset {self.i}")
+            self.i += 1
         return None
+
+    def _problem(self, problem: str) -> None:
+        if len(self.problems) < 10:
+            self.problems.append(problem)
 
     def _string(self) -> str:
         try:
             value, self.i = json.decoder.scanstring(self.s, self.i + 1, False)
             return value
-        except ValueError:  # unterminated (cut) or a bad escape: take the rest of the line
+        except ValueError:  # unterminated (cut short) or a bad escape: take the rest of the line
             newline = self.s.find("\n", self.i + 1)
             line_end = newline if newline >= 0 else len(self.s)
             end = self.s.find('"', self.i + 1, line_end)
             if end < 0:
-                end = line_end
-                self.truncated = self.truncated or newline < 0
+                end, self.truncated = line_end, self.truncated or newline < 0
             raw, self.i = self.s[self.i + 1:end], end + 1
-            self.problems.append("malformed JSON string")
+            self._problem("malformed JSON string")
             return raw
 
     def _container(self, depth: int, is_object: bool) -> Any:
-        close = "}" if is_object else "]"
         out: Any = {} if is_object else []
         self.i += 1
-        while self._ws():
+        while self._more():
             c = self.s[self.i]
-            if c == close:
+            if c in "}]" or c == ",":
                 self.i += 1
-                return out
-            if c == ",":
-                self.i += 1
-            elif c in "}]":
-                self.problems.append(f"mismatched {c!r} at offset {self.i}")
-                self.i += 1
-                return out
+                if c != ",":
+                    if c != ("}" if is_object else "]"):
+                        self._problem(f"mismatched {c!r} at offset {self.i - 1}")
+                    return out
             elif not is_object:
                 out.append(self.value(depth + 1))
             elif c != '"':
-                self.problems.append(f"unexpected character {c!r} at offset {self.i}")
+                self._problem(f"unexpected character {c!r} at offset {self.i}")
                 self.i += 1
             else:
                 key = self._string()
-                if self._ws() and self.s[self.i] == ":":
+                if self._more() and self.s[self.i] == ":":
                     self.i += 1
                     out[key] = self.value(depth + 1)
                 elif not self.truncated:
-                    self.problems.append(f"object key without a value: {key[:60]!r}")
+                    self._problem(f"object key without a value: {key[:60]!r}")
         return out
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    """The dict entries of a JSON list (DCGM 3.1 puts ``null`` between tests); [] for anything else."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
 def _messages(entry: dict[str, Any]) -> list[str]:
@@ -238,46 +217,35 @@ def _messages(entry: dict[str, Any]) -> list[str]:
     for key in ("warnings", "warning", "errors", "error", "info"):
         value = entry.get(key)
         for item in value if isinstance(value, list) else [value]:
-            if isinstance(item, dict):
-                item = item.get("warning", item.get("warnings", item.get("message", item.get("test_details"))))
+            if isinstance(item, dict):  # 3.x nests the text under "warning", the deployment tests under "warnings"
+                item = next((item[k] for k in ("warning", "warnings", "message", "test_details") if k in item), None)
             if isinstance(item, str) and item.strip():
                 out.append(item.strip())
     return out
 
 
 def _json_results(entry: dict[str, Any]) -> list[DcgmResult]:
-    verdict = _verdict(entry.get("status")) or "UNKNOWN"
-    messages = tuple(_messages(entry))
+    verdict, messages = _verdict(entry.get("status")) or "UNKNOWN", tuple(_messages(entry))
     ids = entry.get("gpu_ids", entry.get("gpu_id"))
-    if ids is None and "entity_id" in entry:
-        ids = entry["entity_id"] if str(entry.get("entity_group", "GPU")).upper() == "GPU" else None
-    if isinstance(ids, str) and "," in ids:
-        gpus = [_int(part) for part in ids.split(",") if part.strip()]
-    else:
-        gpus = [_int(ids)]
-    return [DcgmResult(gpu, verdict, messages) for gpu in gpus or [None]]
+    if ids is None and str(entry.get("entity_group", "GPU")).upper() == "GPU":
+        ids = entry.get("entity_id")
+    parts = ids.split(",") if isinstance(ids, str) else [ids]
+    return [DcgmResult(_int(part), verdict, messages) for part in parts if str(part).strip()] or [
+        DcgmResult(None, verdict, messages)]
 
 
 def _json_tests(main: dict[str, Any], warnings: list[str]) -> list[DcgmTest]:
     tests: list[DcgmTest] = []
-    categories = main.get("test_categories")
-    for category in categories if isinstance(categories, list) else []:
-        if not isinstance(category, dict):
-            continue
+    for category in _dicts(main.get("test_categories")):
         name = category.get("category") if isinstance(category.get("category"), str) else None
-        for test in category.get("tests") if isinstance(category.get("tests"), list) else []:
-            if not isinstance(test, dict):
-                continue
-            results: list[DcgmResult] = []
-            for entry in test.get("results") if isinstance(test.get("results"), list) else []:
-                if isinstance(entry, dict):
-                    results.extend(_json_results(entry))
+        for test in _dicts(category.get("tests")):
+            results = [result for entry in _dicts(test.get("results")) for result in _json_results(entry)]
             summary = test.get("test_summary") if isinstance(test.get("test_summary"), dict) else {}
-            verdict = _verdict(summary.get("status")) or _worst(r.verdict for r in results)
             unknown = [r.verdict for r in results if r.verdict not in _RANK]
             if unknown and len(warnings) < _MAX_WARNINGS:
                 warnings.append(f"test {test.get('name')!r}: verdict not understood: {unknown[0]!r}")
-            tests.append(DcgmTest(str(test.get("name", "?")), name, tuple(results), verdict,
+            tests.append(DcgmTest(str(test.get("name", "?")), name, tuple(results),
+                                  _verdict(summary.get("status")) or _worst(r.verdict for r in results),
                                   tuple(_messages(summary))))
     return tests
 
@@ -292,28 +260,22 @@ def _find(tree: dict[str, Any], key: str) -> str | None:
 def _parse_json(text: str, start: int, warnings: list[str], unreachable: bool) -> DcgmDiagFacts:
     reader = _Json(text, start)
     root = reader.value()
-    if not isinstance(root, dict):
-        root = {}
-    for problem in reader.problems[:5]:
-        warnings.append(f"malformed JSON: {problem}")
+    root = root if isinstance(root, dict) else {}
+    warnings.extend(f"malformed JSON: {problem}" for problem in reader.problems[:5])
     if reader.truncated:
         warnings.append("JSON is truncated")
-    runs = [r for r in root.get("iterations", []) if isinstance(r, dict)] if isinstance(root.get("iterations"),
-                                                                                         list) else [root]
     tests: list[DcgmTest] = []
     runtime_error = None
-    for run in runs:
+    for run in _dicts(root["iterations"]) if isinstance(root.get("iterations"), list) else [root]:
         main = run.get("DCGM GPU Diagnostic", run.get("DCGM Diagnostic", run))
-        if isinstance(main, dict):
-            tests.extend(_json_tests(main, warnings))
-            runtime_error = runtime_error or _find(run, "runtime_error")
+        tests.extend(_json_tests(main, warnings) if isinstance(main, dict) else [])
+        runtime_error = runtime_error or _find(run, "runtime_error")
     if not tests and not runtime_error:
         warnings.append("no test results in the JSON")
     overall = _verdict(root.get("Overall Result")) or _worst(t.verdict for t in tests)
     return DcgmDiagFacts("json", _find(root, "version"), _find(root, "Driver Version Detected"), overall,
                          tuple(tests), not reader.truncated and bool(root), tuple(warnings),
-                         unreachable or bool(runtime_error and _HOSTENGINE_RE.search(runtime_error)),
-                         runtime_error)
+                         unreachable or bool(runtime_error and _HOSTENGINE_RE.search(runtime_error)), runtime_error)
 
 
 # ------------------------------------------------------------------------------------------------ text table
@@ -321,138 +283,136 @@ _BORDER_RE = re.compile(r"^\+[-=+]+$")
 _CATEGORY_RE = re.compile(r"^[|+]-+\s+([A-Za-z][\w /]*?)\s+-+[+|]")
 _RESULT_CELL_RE = re.compile(r"^(Pass|Fail|Warn|Skip|Error|Not Run)\b\s*(?:-\s*(All|GPUs?\s*:\s*([\d,\s]+)))?",
                              re.IGNORECASE)
-_GPU_VERDICT_RE = re.compile(r"^GPU\s*(\d+)\s*:\s*(Pass|Fail|Warn|Skip)\b\s*-?\s*(.*)$", re.IGNORECASE)
-_MESSAGE_ROWS = {"warning": "WARN", "error": "FAIL", "info": None}
-_GPU_PREFIX_RE = re.compile(r"^GPU\s*(\d+)\b")
-
-
-class _TextTest:
-    def __init__(self, name: str, category: str | None) -> None:
-        self.name, self.category = name, category
-        self.results: list[tuple[int | None, str, list[str]]] = []
-
-    def add_message(self, message: str) -> None:
-        gpu = _GPU_PREFIX_RE.match(message)
-        target = next((r for r in self.results if gpu and r[0] == int(gpu.group(1))), None)
-        target = target or next((r for r in self.results if r[0] is None), None) or (self.results or [None])[-1]
-        if target is not None:
-            target[2].append(message)
-
-    def freeze(self) -> DcgmTest:
-        results = tuple(DcgmResult(gpu, verdict, tuple(msgs)) for gpu, verdict, msgs in self.results)
-        return DcgmTest(self.name, self.category, results, _worst(r.verdict for r in results))
+# DCGM 4 prints one "GPU0: Pass" (or "CPU1: Fail") row per entity under the test row
+_ENTITY_VERDICT_RE = re.compile(r"^([A-Za-z_]+?)\s*(\d{1,9})\s*:\s*(Pass|Fail|Warn|Skip)\b\s*-?\s*(.*)$", re.IGNORECASE)
+# message rows: "Warning", "Info", "Error" (DCGM 1.x-3.x), "Warning: GPU0" (DCGM 4)
+_MESSAGE_NAME_RE = re.compile(r"^(Warning|Info|Error)\s*(?::\s*([A-Za-z_]+?)\s*(\d{1,9}))?$", re.IGNORECASE)
+_MESSAGE_ROWS = {"warning": "WARN", "error": "FAIL", "info": None}  # verdict implied when no test row precedes
+_GPU_PREFIX_RE = re.compile(r"^GPU\s*(\d{1,9})\b")
 
 
 def _cell_results(cell: str) -> list[tuple[int | None, str, list[str]]]:
-    per_gpu = _GPU_VERDICT_RE.match(cell)
-    if per_gpu:
-        return [(int(per_gpu.group(1)), _verdict(per_gpu.group(2)) or "", [per_gpu.group(3)] if per_gpu.group(3)
-                 else [])]
-    match = _RESULT_CELL_RE.match(cell)
-    if not match:
-        return []
-    verdict = _verdict(match.group(1)) or ""
-    gpus = [int(g) for g in re.findall(r"\d+", match.group(3) or "")]
-    return [(gpu, verdict, []) for gpu in gpus] or [(None, verdict, [])]
+    entity = _ENTITY_VERDICT_RE.match(cell)  # "GPU0: Fail - message"
+    if entity:
+        is_gpu = entity.group(1).upper() == "GPU"
+        messages = [m for m in (None if is_gpu else entity.group(1) + entity.group(2), entity.group(4)) if m]
+        return [(int(entity.group(2)) if is_gpu else None, _verdict(entity.group(3)) or "", messages)]
+    match = _RESULT_CELL_RE.match(cell)  # "Pass", "Skip - All", "Fail - GPUs: 0, 2"
+    verdict = _verdict(match.group(1)) or "" if match else ""
+    gpus = [int(g) for g in re.findall(r"\d{1,9}", match.group(3) or "")] if match else []
+    return [(gpu, verdict, []) for gpu in gpus] or ([(None, verdict, [])] if match else [])
+
+
+def _message_gpu(message: str, hint: int | None = None) -> int | None:
+    gpu = _GPU_PREFIX_RE.match(message)
+    return hint if hint is not None else int(gpu.group(1)) if gpu else None
+
+
+def _add_message(results: list[tuple[int | None, str, list[str]]], message: str, hint: int | None = None) -> None:
+    """To the named GPU's result, else the all-GPU result, else the last one."""
+    gpu = _message_gpu(message, hint)
+    targets = [r for r in results if gpu is not None and r[0] == gpu] or [r for r in results if r[0] is None]
+    (targets or results)[-1 if not targets else 0][2].append(message)
+
+
+class _Table:
+    """Reads one ``dcgmi diag`` table; ``tests`` holds [name, category, results] lists."""
+
+    def __init__(self) -> None:
+        self.tests: list[list[Any]] = []
+        self.category: str | None = None
+        self.closed = False
+        self.message: list[str] | None = None  # 45-character chunks of the message row being read
+        self.kind = ""
+        self.target: int | None = None  # the GPU named by a DCGM 4 "Warning: GPU0" row
+
+    def flush(self, warnings: list[str]) -> None:
+        joined = re.sub(r"\s+", " ", "".join(self.message or [])).strip()
+        self.message = None
+        if not joined:
+            return
+        if not self.tests or self.tests[-1][1] != self.category:
+            if _MESSAGE_ROWS.get(self.kind) is None:
+                warnings.append(f"message row without a test: {joined[:200]!r}")
+                return
+            gpu = _message_gpu(joined, self.target)
+            self.tests.append([self.kind.capitalize(), self.category, [(gpu, _MESSAGE_ROWS[self.kind], [])]])
+            warnings.append(f"{self.kind.capitalize()!r} row without a preceding test row")
+        if self.tests[-1][2]:
+            _add_message(self.tests[-1][2], joined, self.target)
+
+    def row(self, name: str, cell: str, warnings: list[str]) -> None:
+        chunk = cell[1:-2] if len(cell) > 3 and cell.endswith("  ") else cell[1:]
+        if not name and self.message is not None:
+            self.message.append(chunk)
+            return
+        self.flush(warnings)
+        kind = _MESSAGE_NAME_RE.match(name)
+        if kind:
+            gpu = kind.group(2) and kind.group(2).upper() == "GPU"
+            self.message, self.kind = [chunk], kind.group(1).lower()
+            self.target = int(kind.group(3)) if gpu else None
+            return
+        results = _cell_results(cell.strip())
+        if name:
+            self.tests.append([name, self.category, []])
+            if not results and len(warnings) < _MAX_WARNINGS:
+                warnings.append(f"result of {name!r} not understood: {cell.strip()[:100]!r}")
+        if self.tests and self.tests[-1][1] == self.category:
+            self.tests[-1][2].extend(results)
+            if not results and not name and cell.strip() and self.tests[-1][2]:
+                _add_message(self.tests[-1][2], cell.strip())  # e.g. "  Code: (000000000000)"
+
+    def freeze(self) -> tuple[DcgmTest, ...]:
+        tests = [(name, category, tuple(DcgmResult(*r[:2], tuple(r[2])) for r in rows))
+                 for name, category, rows in self.tests]
+        return tuple(DcgmTest(*t, _worst(r.verdict for r in t[2])) for t in tests)
 
 
 def _parse_text(text: str, warnings: list[str], unreachable: bool) -> DcgmDiagFacts:
-    tables: list[tuple[list[_TextTest], bool]] = []
+    tables: list[_Table] = []
     meta: dict[str, str] = {}
     errors: list[str] = []
-    tests: list[_TextTest] = []
-    category: str | None = None
-    in_table = False
-    message: list[str] | None = None  # chunks of the message row being read
-    message_kind = ""
-    current: _TextTest | None = None
-
-    def flush_message() -> None:
-        nonlocal message, current
-        if message is None:
-            return
-        joined = re.sub(r"\s+", " ", "".join(message)).strip()
-        message = None
-        if not joined:
-            return
-        if current is None:
-            if _MESSAGE_ROWS.get(message_kind) is None:
-                warnings.append(f"message row without a test: {joined[:200]!r}")
-                return
-            current = _TextTest(message_kind.capitalize(), category)
-            gpu = _GPU_PREFIX_RE.match(joined)
-            current.results.append((int(gpu.group(1)) if gpu else None, _MESSAGE_ROWS[message_kind] or "", []))
-            tests.append(current)
-            warnings.append(f"{message_kind.capitalize()!r} row without a preceding test row")
-        current.add_message(joined)
-
+    table: _Table | None = None
     for raw in text.split("\n"):
         line = raw.strip()
-        if not line:
-            continue
-        if not line.startswith(("|", "+")):
+        if line and not line.startswith(("|", "+")):
             if _ERROR_LINE_RE.match(line) and "Successfully" not in line:
                 errors.append(line[:300])
-            continue
-        if _BORDER_RE.match(line):
-            flush_message()
-            if in_table and (tests or category):
-                tables.append((tests, True))
-                tests, category, current, in_table = [], None, None, False
-            continue
-        category_match = _CATEGORY_RE.match(line)
-        if category_match:
-            flush_message()
-            category, current = category_match.group(1).strip(), None
             continue
         parts = line.split("|")
         name = parts[1].strip() if len(parts) > 1 else ""
         cell = "|".join(parts[2:-1] if line.endswith("|") and len(parts) > 3 else parts[2:])
         if name == "Diagnostic" and cell.strip() == "Result":
-            flush_message()
-            if in_table and (tests or category):
-                tables.append((tests, False))
-            tests, category, current, in_table = [], None, None, True
+            table = _Table()
+            tables.append(table)
+        elif table is None or table.closed or not line:
             continue
-        if not in_table:
-            continue
-        chunk = cell[1:-2] if len(cell) > 3 and cell.endswith("  ") else cell[1:]
-        if category and category.lower() == "metadata":
+        elif _BORDER_RE.match(line):
+            table.flush(warnings)
+            table.closed = bool(table.tests or table.category)  # the border under the header opens, not closes
+        elif category := _CATEGORY_RE.match(line):
+            table.flush(warnings)
+            table.category = category.group(1).strip()
+        elif (table.category or "").lower() == "metadata":
             if name:
-                meta[name] = cell.strip()
-            continue
-        if not name and message is not None:
-            message.append(chunk)
-            continue
-        flush_message()
-        if name.lower() in _MESSAGE_ROWS:
-            message, message_kind = [chunk], name.lower()
-            continue
-        results = _cell_results(cell.strip())
-        if name:
-            current = _TextTest(name, category)
-            tests.append(current)
-            if not results and len(warnings) < _MAX_WARNINGS:
-                warnings.append(f"result of {name!r} not understood: {cell.strip()[:100]!r}")
-        if current is not None:
-            current.results.extend(results)
-            if not results and not name and cell.strip():
-                current.add_message(cell.strip())
-    flush_message()
-    if in_table and (tests or category):
-        tables.append((tests, False))
-    frozen = [(tuple(t.freeze() for t in table), done) for table, done in tables]
-    if len(frozen) > 1 and all(tests_ == frozen[0][0] for tests_, _ in frozen):
+                meta.setdefault(name, cell.strip())
+        else:
+            table.row(name, cell, warnings)
+    for table in tables:
+        table.flush(warnings)
+    frozen = [(t.freeze(), t.closed) for t in tables]
+    if len(frozen) > 1 and all(tests == frozen[0][0] for tests, _ in frozen):
         warnings.append(f"the same results table was printed {len(frozen)} times; read once")
         frozen = [(frozen[0][0], all(done for _, done in frozen))]
-    all_tests = tuple(t for tests_, _ in frozen for t in tests_)
+    all_tests = tuple(t for tests, _ in frozen for t in tests)
     runtime_error = "; ".join(errors) or None
     if not frozen and not runtime_error:
         warnings.append("no 'dcgmi diag' results table found")
-    complete = bool(frozen) and frozen[-1][1]
     return DcgmDiagFacts("text", meta.get("DCGM Version") or None, meta.get("Driver Version Detected") or None,
-                         _worst(t.verdict for t in all_tests), all_tests, complete, tuple(warnings),
-                         unreachable or bool(runtime_error and _HOSTENGINE_RE.search(runtime_error)), runtime_error)
+                         _worst(t.verdict for t in all_tests), all_tests, bool(frozen) and frozen[-1][1],
+                         tuple(warnings), unreachable or bool(runtime_error and _HOSTENGINE_RE.search(runtime_error)),
+                         runtime_error)
 
 
 def parse_dcgm_diag(text: str) -> DcgmDiagFacts:
@@ -472,7 +432,7 @@ def parse_dcgm_diag(text: str) -> DcgmDiagFacts:
 
 
 # ------------------------------------------------------------------------------------------------- discovery
-_FOUND_RE = re.compile(r"^\s*(\d+)\s+(GPUs?|NvSwitch(?:es)?|CPUs?|CPU Cores?|[A-Za-z ]+?)\s+found\.?\s*$",
+_FOUND_RE = re.compile(r"^\s*(\d{1,9})\s+(GPUs?|NvSwitch(?:es)?|CPUs?|CPU Cores?|[A-Za-z ]+?)\s+found\.?\s*$",
                        re.IGNORECASE)
 _KV_CELL_RE = re.compile(r"^\s*([A-Za-z][A-Za-z ]*?)\s*:\s*(.*?)\s*$")
 _NULL_VALUES = {"<<<null>>>", "", "n/a", "<<<not_supported>>>", "<<<blank>>>"}
@@ -487,48 +447,38 @@ def parse_dcgm_discovery(text: str) -> DcgmDiscoveryFacts:
     gpus: list[dict[str, Any]] = []
     switches: list[str] = []
     counts: dict[str, int] = {}
-    section = ""
-    null_names = 0
+    section, null_names = "", 0
     for raw in text.split("\n"):
         line = raw.strip()
         found = _FOUND_RE.match(line)
         if found:
-            word = found.group(2).lower()
-            section = "gpu" if word.startswith("gpu") else "switch" if word.startswith("nvswitch") else word
+            section = {"g": "gpu", "n": "switch"}.get(found.group(2)[0].lower(), "other")
             counts.setdefault(section, int(found.group(1)))
             continue
-        if not line.startswith("|"):
+        cells = [c.strip() for c in line.strip("|").split("|")] if line.startswith("|") else []
+        if not cells:
             continue
-        cells = [c.strip() for c in line.strip("|").split("|")]
         if cells[0] in ("GPU ID", "Switch ID", "CPU ID") or cells[0].startswith("Instance Hierarchy"):
             section = {"GPU ID": "gpu", "Switch ID": "switch"}.get(cells[0], "other")
-            continue
-        if section == "switch":
+        elif section == "switch" and cells[0]:
+            switches.append(cells[0])
+        elif section == "gpu" and cells[0] and _int(cells[0]) is None:
+            warnings.append(f"GPU ID not understood: {cells[0][:40]!r}")
+        elif section == "gpu":
             if cells[0]:
-                switches.append(cells[0])
-            continue
-        if section != "gpu":
-            continue
-        if cells[0]:
-            if not cells[0].isdigit():
-                warnings.append(f"GPU ID not understood: {cells[0][:40]!r}")
-                continue
-            gpus.append({"id": int(cells[0])})
-        kv = _KV_CELL_RE.match(cells[1]) if len(cells) > 1 and gpus else None
-        if kv:
-            key, value = kv.group(1).lower(), kv.group(2)
-            null = value.lower() in _NULL_VALUES
-            if key == "name" and null:
-                null_names += 1
-            attr = {"name": "name", "pci bus id": "pci_bus_id", "device uuid": "uuid", "uuid": "uuid"}.get(key)
-            if attr:
-                gpus[-1][attr] = None if null else value
+                gpus.append({"id": _int(cells[0])})
+            kv = _KV_CELL_RE.match(cells[1]) if len(cells) > 1 and gpus else None
+            attr = {"name": "name", "pci bus id": "pci_bus_id", "device uuid": "uuid"}.get(kv.group(1).lower()) if (
+                kv) else None
+            if kv and attr:
+                null = kv.group(2).lower() in _NULL_VALUES
+                gpus[-1][attr] = None if null else kv.group(2)
+                null_names += int(attr == "name" and null)
     if null_names:
         warnings.append(f"{null_names} GPU name(s) reported as <<<NULL>>> by DCGM")
-    if counts.get("gpu") is not None and counts["gpu"] != len(gpus):
-        warnings.append(f"dcgmi said {counts['gpu']} GPUs found but the table lists {len(gpus)}")
-    if counts.get("switch") is not None and counts["switch"] != len(switches):
-        warnings.append(f"dcgmi said {counts['switch']} NvSwitches found but the table lists {len(switches)}")
+    for key, listed, what in (("gpu", len(gpus), "GPUs"), ("switch", len(switches), "NvSwitches")):
+        if counts.get(key, listed) != listed:
+            warnings.append(f"dcgmi said {counts[key]} {what} found but the table lists {listed}")
     if not gpus and "gpu" not in counts and not unreachable:
         warnings.append("no GPU table found")
     return DcgmDiscoveryFacts(tuple(DcgmGpu(g["id"], g.get("name"), g.get("pci_bus_id"), g.get("uuid")) for g in gpus),

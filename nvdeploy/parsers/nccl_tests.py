@@ -68,20 +68,20 @@ class NcclFacts:
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _MPI_PREFIX_RE = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?")
 _SRUN_PREFIX_RE = re.compile(r"^\s*\d+:\s(?=\s*[#\d]|\s*$|.*(?:NCCL|Test|failure|error))", re.IGNORECASE)
-_ROW_RE = re.compile(r"^\s*(\d+)\s+(\d+)\s+([A-Za-z][A-Za-z0-9_]*)\s+(.*?)\s*$")
+_ROW_RE = re.compile(r"^\s*(\d{1,20})\s+(\d{1,20})\s+([A-Za-z][A-Za-z0-9_]*)\s+(.*?)\s*$")
 _NUMBER_RE = re.compile(r"^-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?$")
 _MERGED_RE = re.compile(r"-?\d+\.\d{1,2}")
 _AVG_RE = re.compile(r"Avg bus bandwidth\s*:\s*(\S+)", re.IGNORECASE)
-_OOB_RE = re.compile(r"Out of bounds values\s*:\s*(\d+)", re.IGNORECASE)
-_RANK_RE = re.compile(r"^#\s*Rank\s+(\d+)\b")
-_NRANKS_RE = re.compile(r"\bnranks\s+(\d+)\b")
+_OOB_RE = re.compile(r"Out of bounds values\s*:\s*(\d{1,18})", re.IGNORECASE)
+_RANK_RE = re.compile(r"^#\s*Rank\s+(\d{1,9})\b")
+_NRANKS_RE = re.compile(r"\bnranks\s+(\d{1,9})\b")
 _VERSION_RE = re.compile(r"\bNCCL version\s+(\S+)")
 _LIBRARY_RE = re.compile(r"\bnccl-library=(\d{4,6})\b")
 _VALIDATION_RE = re.compile(r"\b(?:validation|check)\s*:\s*(\d+)", re.IGNORECASE)
 _CLI_CHECK_RE = re.compile(r"_perf(?:_mpi)?\b.*?\s(?:-c|--check)[\s=]+(\d+)")
-_COLLECTIVE_RE = re.compile(r"Collective test starting\s*:\s*(\S+)|\b([a-z][a-z_]*_perf(?:_mpi)?)\b")
-_SOURCE_RE = re.compile(r"\b(all_reduce|all_gather|alltoall|broadcast|reduce_scatter|reduce|sendrecv|scatter|gather|"
-                        r"hypercube)\.cu:\d+")
+_TESTS = r"(all_reduce|all_gather|alltoall|broadcast|reduce_scatter|reduce|sendrecv|scatter|gather|hypercube)"
+_COLLECTIVE_RE = re.compile(r"Collective test starting\s*:\s*(\S+)|\b(" + _TESTS + r"_perf(?:_mpi)?)\b")
+_SOURCE_RE = re.compile(r"\b" + _TESTS + r"\.cu:\d+")
 _ERROR_RES = (
     re.compile(r"Test (?:NCCL|CUDA) failure|NCCL WARN|system not yet initialized", re.IGNORECASE),
     re.compile(r"MPI_ABORT|mpirun noticed|MPI_ERR|PMIX ERROR|ORTE_ERROR|prterun noticed|srun: error|"
@@ -131,7 +131,7 @@ def _float(token: str | None) -> float | None:
 
 def _wrong(token: str | None) -> int | None:
     value = _float(token)
-    return int(value) if value is not None else None
+    return int(value) if value is not None and abs(value) < 1e18 else None
 
 
 def _split_numbers(tokens: list[str]) -> list[str] | None:

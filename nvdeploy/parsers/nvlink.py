@@ -63,8 +63,8 @@ class NvlinkFacts:
 
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_GPU_RE = re.compile(r"^\s*GPU\s+(\d+)\s*:\s*(.*?)\s*(?:\(\s*UUID\s*:\s*([^)\s]*)\s*\)?)?\s*$")
-_LINK_RE = re.compile(r"^\s*Link\s+(\d+)\s*:\s*(.*?)\s*$", re.IGNORECASE)
+_GPU_RE = re.compile(r"^\s*GPU\s+(\d{1,9})\s*:\s*(.*?)\s*(?:\(\s*UUID\s*:\s*([^)\s]*)\s*\)?)?\s*$")
+_LINK_RE = re.compile(r"^\s*Link\s+(\d{1,9})\s*:\s*(.*?)\s*$", re.IGNORECASE)
 _SPEED_RE = re.compile(r"^([-+]?\d+(?:\.\d+)?)\s*([GMT]?)B/s\b", re.IGNORECASE)
 _UNITS = {"": 1e-9, "m": 1e-3, "g": 1.0, "t": 1e3}
 _NO_NVLINK_RE = re.compile(

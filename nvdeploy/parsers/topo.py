@@ -41,7 +41,7 @@ class TopoFacts:
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]")
 _GPU_RE = re.compile(r"^GPU\d+$")
 # A device column: GPUn, NICn, or (drivers before ~470) the RDMA device itself (mlx5_0, bnxt_re0, irdma1...).
-_DEVICE_RE = re.compile(r"^(?:GPU\d+|NIC\d+|[A-Za-z][A-Za-z0-9]*_?[A-Za-z0-9]*\d+)$")
+_DEVICE_RE = re.compile(r"^(?:GPU\d+|NIC\d+|[A-Za-z][A-Za-z0-9_]*\d+)$")
 # -m/-mp link types, plus the -p2p r/w/n/a/p status codes.
 _CONNECTION_RE = re.compile(r"^(?:X|SYS|NODE|PHB|PXB|PIX|SOC|PSB|NV\d+|C2C|OK|CNS|GNS|TNS|NS|U)$")
 _AFFINITY_WORDS = ("CPU", "NUMA", "GPU")
@@ -122,7 +122,8 @@ def parse_topo(text: str) -> TopoFacts:
         if state != "matrix":
             continue
         label = tokens[0]
-        if not (label in columns or _DEVICE_RE.match(label)) or (len(tokens) > 1 and not _CONNECTION_RE.match(tokens[1])):
+        known = label in columns or _DEVICE_RE.match(label)
+        if not known or (len(tokens) > 1 and not _CONNECTION_RE.match(tokens[1])):
             if len(warnings) < _MAX_WARNINGS:
                 warnings.append(f"line in the matrix not understood: {raw.strip()[:200]!r}")
             continue

@@ -1,0 +1,87 @@
+"""Recognise which tool printed a capture, and map format names to their parsers.
+
+``detect_format`` looks only at content (never a file name). Distinctive signatures are tried first (XML root,
+DCGM JSON keys, table headers, ibstat device lines, Xid lines), looser ones last (``Key : value`` lines of
+``nvidia-smi -q`` excerpts, CSV headers, bare kernel-log timestamps). Never raises.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from nvdeploy.parsers import dcgm, ibstat, kmsg, nccl_tests, nvidia_smi, nvlink, topo
+
+FORMATS: dict[str, Callable[[str], Any]] = {
+    "nvidia-smi-xml": nvidia_smi.parse_xml,
+    "nvidia-smi-text": nvidia_smi.parse_text,
+    "nvidia-smi-csv": nvidia_smi.parse_csv,
+    "nvidia-smi-topo": topo.parse_topo,
+    "nvidia-smi-nvlink": nvlink.parse_nvlink,
+    "dcgmi-diag": dcgm.parse_dcgm_diag,
+    "dcgmi-discovery": dcgm.parse_dcgm_discovery,
+    "nccl-tests": nccl_tests.parse_nccl_tests,
+    "ibstat": ibstat.parse_ibstat,
+    "kmsg": kmsg.parse_kmsg,
+}
+
+_M = re.MULTILINE
+_I = re.IGNORECASE
+# (format, pattern): the first format with a matching pattern wins; order matters.
+_SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("nvidia-smi-xml", re.compile(r"<nvidia_smi_log\b")),
+    ("dcgmi-diag", re.compile(r"\"DCGM (?:GPU )?Diagnostic\"\s*:|\"test_categories\"\s*:")),
+    ("dcgmi-diag", re.compile(r"^\s*\|\s*Diagnostic\s*\|\s*Result\s*\||^\s*[|+]-+\s+Deployment\s+-+[+|]"
+                              r"|^Successfully ran diagnostic", _M)),
+    ("dcgmi-discovery", re.compile(r"^\s*\d+\s+(?:GPUs?|NvSwitch(?:es)?)\s+found\.|^\s*\|\s*GPU ID\s*\|"
+                                   r"|^\s*\|\s*Instance Hierarchy\s*\|", _M)),
+    ("nccl-tests", re.compile(r"^\W{0,20}#\s*nThread\s+\d|Avg bus bandwidth\s*:|#\s+out-of-place\s+in-place"
+                              r"|Test (?:NCCL|CUDA) failure|Collective test starting", _M)),
+    ("ibstat", re.compile(r"^\s*CA\s+'[^']+'\s*$|^\s*hca_id\s*:|^\s*Infiniband device\s+'[^']+'\s+port", _M | _I)),
+    ("kmsg", re.compile(r"NVRM: Xid\b|\bXid\s*\(PCI:|\bSXid\s*\(")),
+    ("nvidia-smi-text", re.compile(r"=+\s*NVSMI LOG\s*=+|^\s*Attached GPUs\s*:|NVIDIA-SMI\s+\S+\s+Driver Version:",
+                                   _M)),
+    ("nvidia-smi-topo", re.compile(r"^\s*GPU0\b.*\b(?:CPU Affinity|NUMA Affinity|GPU\d+)\b", _M)),
+    ("nvidia-smi-nvlink", re.compile(r"^\s*Link\s+\d+\s*:\s*(?:[\d.]+\s*[GMT]?B/s|<inactive>)"
+                                     r"|nvlink (?:queries|information)|does not have or support nvlink", _M | _I)),
+)
+_SMI_KEYS_RE = re.compile(
+    r"^\s*(?:Product Name|Product Brand|Driver Version|CUDA Version|GPU UUID|Bus Id|Persistence Mode|VBIOS Version|"
+    r"(?:SRAM|DRAM) (?:Un)?[Cc]orrectable(?: Parity| SEC-DED)?|Remapped Rows|Retired Pages|Single Bit ECC|"
+    r"Double Bit ECC|Pending Page Blacklist|Correctable Error|Uncorrectable Error|Minor Number|Fan Speed|"
+    r"Performance State|Volatile|Aggregate|ECC Errors)\s*(?::|$)",
+    _M,
+)
+_CSV_CELL_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*(?:\s*\[[^\]]*\])?$")
+_CSV_KEYS = {"name", "gpu_name", "pci.bus_id", "gpu_bus_id", "uuid", "gpu_uuid", "index", "serial", "gpu_serial",
+             "driver_version", "temperature.gpu", "memory.used", "memory.total", "utilization.gpu", "power.draw"}
+_KMSG_WEAK_RE = re.compile(r"^\s*\[\s*\d+\.\d+\]|^\s*\[[A-Z][a-z]{2} [A-Z][a-z]{2}\s+\d+ [\d:]+ \d{4}\]"
+                           r"|^\s*[A-Z][a-z]{2}\s+\d+ [\d:]{8} \S+ kernel:|\bNVRM:", _M)
+
+
+def _csv_header(text: str) -> bool:
+    first = next((line for line in text.split("\n") if line.strip()), "")
+    cells = [cell.strip() for cell in first.split(",")]
+    if len(cells) < 2 or not all(_CSV_CELL_RE.match(cell) for cell in cells):
+        return False
+    return any(re.sub(r"\s*\[.*$", "", cell).lower() in _CSV_KEYS for cell in cells)
+
+
+def detect_format(text: str) -> str | None:
+    """Name of the format ``text`` is in (a key of ``FORMATS``), or None when nothing fits. Never raises."""
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", errors="replace")
+    if not isinstance(text, str) or not text.strip():
+        return None
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text.replace("\x00", "").replace("\r\n", "\n"))
+    for name, pattern in _SIGNATURES:
+        if pattern.search(text):
+            return name
+    if len(_SMI_KEYS_RE.findall(text)) >= 2:
+        return "nvidia-smi-text"
+    if _csv_header(text):
+        return "nvidia-smi-csv"
+    if _KMSG_WEAK_RE.search(text):
+        return "kmsg"
+    return None

@@ -1,0 +1,65 @@
+"""Format detection: every real capture under tests/fixtures/real/*/ is recognised as its folder's format."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from nvdeploy.parsers.detect import FORMATS, detect_format
+
+REAL = Path(__file__).parent.parent / "fixtures" / "real"
+FOLDER_FORMAT = {
+    "nvidia-smi-xml": "nvidia-smi-xml", "nvidia-smi-text": "nvidia-smi-text", "nvidia-smi-csv": "nvidia-smi-csv",
+    "nvidia-smi-topo": "nvidia-smi-topo", "nvidia-smi-nvlink": "nvidia-smi-nvlink", "dcgmi-diag-json": "dcgmi-diag",
+    "dcgmi-diag-text": "dcgmi-diag", "nvvs": "dcgmi-diag", "dcgmi-discovery": "dcgmi-discovery",
+    "nccl-tests": "nccl-tests", "ibstat": "ibstat", "xid-logs": "kmsg",
+}
+FILES = sorted(p for p in REAL.glob("*/*") if p.is_file())
+
+
+def test_every_fixture_folder_has_a_format() -> None:
+    folders = {p.name for p in REAL.iterdir() if p.is_dir()}
+    assert folders == set(FOLDER_FORMAT)
+    assert set(FOLDER_FORMAT.values()) <= set(FORMATS)
+    assert set(FORMATS) == {"nvidia-smi-xml", "nvidia-smi-text", "nvidia-smi-csv", "nvidia-smi-topo",
+                            "nvidia-smi-nvlink", "dcgmi-diag", "dcgmi-discovery", "nccl-tests", "ibstat", "kmsg"}
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_real_fixture_is_detected_and_parses(path: Path) -> None:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    detected = detect_format(text)
+    assert detected == FOLDER_FORMAT[path.parent.name]
+    facts = FORMATS[detected](text)
+    assert isinstance(facts.to_dict(), dict)
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_detection_survives_crlf_and_bytes(path: Path) -> None:
+    raw = path.read_bytes()
+    assert detect_format(raw.replace(b"\n", b"\r\n").decode("utf-8", errors="replace")) == FOLDER_FORMAT[
+        path.parent.name]
+    assert detect_format(raw) == FOLDER_FORMAT[path.parent.name]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("", None), ("   \n\n", None), ("\x00\x00", None), ("hello world\n", None), ("a,b,c\n1,2,3\n", None),
+    ("GPU 0: NVIDIA L40S (UUID: GPU-1)\n", None),  # nvidia-smi -L, not an nvlink report
+    ("GPU 0: NVIDIA L40S (UUID: GPU-1)\n\t Link 0: <inactive>\n", "nvidia-smi-nvlink"),
+    ("[  12.3] NVRM: loading NVIDIA UNIX x86_64 Kernel Module 550.54\n", "kmsg"),
+    ("Error: unable to establish a connection to the specified host: localhost\n", None),
+    ("index, name, pci.bus_id\n0, NVIDIA H100, 00000000:18:00.0\n", "nvidia-smi-csv"),
+    ("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV18\t0-1\n", "nvidia-smi-topo"),
+])
+def test_synthetic_inputs(text: str, expected: str | None) -> None:
+    assert detect_format(text) == expected
+
+
+def test_random_bytes_never_raise() -> None:
+    rng = random.Random(1)
+    for _ in range(300):
+        blob = bytes(rng.randrange(256) for _ in range(rng.randrange(400)))
+        result = detect_format(blob.decode("utf-8", errors="replace"))
+        assert result is None or result in FORMATS

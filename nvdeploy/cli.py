@@ -72,6 +72,51 @@ def _inventory_of_run(run_dir: Path) -> str:
     return str(header["inventory"])
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x09}
+
+
+def _terminal_safe(text: str) -> str:
+    """Node output reaches summaries (an Xid line names a user's process): show control characters, never send
+    them, so a process name such as ESC ] 0 ; ... BEL cannot drive the operator's terminal."""
+    return text.translate(_CONTROL)
+
+
+def _after_run(outcome: Any, baseline: Optional[Path], prometheus_file: Optional[Path],
+               history_base: Optional[Path]) -> str:
+    """Baseline comparison, Prometheus file and run history: each after the run's own reports are safe on disk.
+
+    A broken baseline or Prometheus path is exit 2 (asked for and not delivered); a history database that cannot
+    be written only warns: the gate's verdict must not depend on bookkeeping.
+    """
+    diff_text = ""
+    if baseline is not None:
+        from nvdeploy.diff import compare_runs, render_diff_text
+        from nvdeploy.report import write_reports
+        from nvdeploy.runs import RunLoadError, load_run
+
+        try:
+            diff = compare_runs(load_run(baseline), outcome.run)
+            write_reports(outcome.run, outcome.run_dir, diff=diff)
+        except (RunLoadError, OutputError) as exc:
+            raise _fail(f"baseline {baseline}: {exc}") from None
+        diff_text = render_diff_text(diff)
+    if prometheus_file is not None:
+        from nvdeploy.prometheus import write_prometheus
+
+        try:
+            write_prometheus(outcome.run, prometheus_file)
+        except OutputError as exc:
+            raise _fail(str(exc)) from None
+    if history_base is not None:
+        from nvdeploy.history import HistoryError, default_db_path, record_run
+
+        try:
+            record_run(default_db_path(history_base), outcome.run, outcome.run_dir)
+        except HistoryError as exc:
+            click.echo(f"nvdeploy: warning: run not recorded in the history: {exc}", err=True)
+    return diff_text
+
+
 def _summary_lines(nodes: list[NodeResult]) -> list[str]:
     """One line per group of nodes with the same verdict and the same failing checks, folded into ranges."""
     groups: dict[tuple[str, str], list[str]] = {}
@@ -84,7 +129,8 @@ def _summary_lines(nodes: list[NodeResult]) -> list[str]:
         if bad:
             first = next(n for n in nodes if n.name == names[0])
             worst = next((f for f in first.findings if f.verdict is first.verdict), None)
-            detail = f"  {bad}" + (f": {worst.summary}" if worst is not None and len(names) == 1 else "")
+            detail = f"  {bad}" + (f": {_terminal_safe(worst.summary)}" if worst is not None and len(names) == 1
+                                   else "")
         lines.append(f"{verdict:5} {fold(names)}{detail}")
     return lines
 
@@ -116,18 +162,22 @@ def _install_sigterm() -> None:
 @click.option("--accept-new-host-keys", is_flag=True,
               help="Learn unknown SSH host keys (added to known_hosts). A CHANGED key is always refused.")
 @click.option("--ask-sudo-pass", is_flag=True, help=f"Prompt for the sudo password (or set ${SUDO_PASSWORD_ENV}).")
+@click.option("--baseline", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="A previous run folder: the report and terminal show what regressed, drifted or was fixed.")
+@click.option("--prometheus", "prometheus_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write per-node verdicts and key metrics for node_exporter's textfile collector (*.prom).")
+@click.option("--no-history", is_flag=True, help="Do not record the run in <out>/history.sqlite.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the verdict and the report path.")
-def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Optional[str], forks: int, deadline: Optional[float], out_base: Path,
-             fail_on_warn: bool, level: str, connect_timeout: float, accept_new_host_keys: bool,
-             ask_sudo_pass: bool, quiet: bool) -> None:
+def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Optional[str], forks: int,
+             deadline: Optional[float], out_base: Path, fail_on_warn: bool, level: str, connect_timeout: float,
+             accept_new_host_keys: bool, ask_sudo_pass: bool, baseline: Optional[Path],
+             prometheus_file: Optional[Path], no_history: bool, quiet: bool) -> None:
     """Validate every node of INVENTORY and write results.json, report.html and junit.xml.
 
     Exit 0 READY, 1 NOT_READY, 2 bad input, 3 INCOMPLETE (some node could not be checked), 130 interrupted.
     """
-    from nvdeploy.phases.validate import run_validate
-
     from nvdeploy.levels import load_levels
-    from nvdeploy.phases.validate import resume_validate
+    from nvdeploy.phases.validate import resume_validate, run_validate
 
     if resume_dir is not None and inventory is None:
         inventory = _inventory_of_run(resume_dir)
@@ -154,12 +204,15 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
             outcome = run_validate(inv, catalog, options, out_base, fail_on_warn=fail_on_warn, level=level)
     except (OutputError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from None
+    diff_text = _after_run(outcome, baseline, prometheus_file,
+                           None if no_history else (resume_dir.parent.parent if resume_dir else out_base))
     if not quiet:
-        for line in _summary_lines(list(outcome.run.nodes)):
-            click.echo(line)
-        for finding in outcome.run.cluster_findings:
-            if finding.verdict is not Verdict.PASS:
-                click.echo(f"{finding.verdict.value:5} cluster  {finding.check}: {finding.summary}")
+        from nvdeploy.report.text import summary_lines
+
+        for line in summary_lines(outcome.run):
+            click.echo(_terminal_safe(line))
+        for line in diff_text.splitlines():
+            click.echo(_terminal_safe(line))
     click.echo(f"{outcome.run.verdict.value}: {outcome.run.summary()}")
     click.echo(f"report: {outcome.reports['html']}")
     raise click.exceptions.Exit(outcome.exit_code)

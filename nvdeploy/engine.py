@@ -10,6 +10,7 @@ import concurrent.futures as cf
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from nvdeploy.checks import CHECKS, NodeContext
@@ -17,7 +18,7 @@ from nvdeploy.collect import light_specs, specs_for
 from nvdeploy.inventory import Host
 from nvdeploy.parse_facts import node_facts, summary_facts
 from nvdeploy.profiles import ProfileCatalog
-from nvdeploy.record import RunRecorder
+from nvdeploy.record import OutputError, RunRecorder
 from nvdeploy.results import ErrorReason, Finding, NodeResult, Remediation, Verdict
 from nvdeploy.transport.base import Transport, TransportError
 
@@ -59,7 +60,9 @@ def make_transport(host: Host, catalog: ProfileCatalog, options: EngineOptions) 
 
         profile = catalog.get(host.profile or "")
         sku = catalog.get(host.get("sim_sku")) if host.get("sim_sku") else None
-        scenario = NodeScenario(host.name, profile, tuple(host.faults), sku)
+        # The cluster keys the node's mutable state (nvdeploy/sim/state.py): install, then validate, see the same.
+        cluster = str(host.get("cluster") or Path(host.file).stem)
+        scenario = NodeScenario(host.name, profile, tuple(host.faults), sku, cluster=cluster)
         return SimTransport(scenario, connect_timeout)
     if connection == "local":
         from nvdeploy.transport.local import LocalTransport
@@ -104,6 +107,8 @@ class NodeRunner:
         started = time.monotonic()
         try:
             return self._run(host, started)
+        except OutputError:
+            raise  # the run folder cannot be written (disk full): the run stops with exit 2, not just this node
         except Exception as exc:  # noqa: BLE001 - a bug on one node must not stop the others
             return error_node(host, "system.internal", f"nvdeploy internal error: {type(exc).__name__}: {exc}",
                               ErrorReason.NOT_RUN, time.monotonic() - started, Remediation.INVESTIGATE)
@@ -133,8 +138,8 @@ class NodeRunner:
             reach = Finding("system.reachable", Verdict.PASS, f"connected over {host.connection} in {connected:.2f} s",
                             node=host.name, observed=round(connected, 3), unit="s")
             needed = [c for check_id in self.options.checks for c in CHECKS[check_id].collectors]
-            results = transport.run_batch(light_specs(host.vars, needed), self._remaining())
-            for spec in specs_for(needed, host.vars, heavy=True):
+            results = transport.run_batch(light_specs(host.vars, needed, profile), self._remaining())
+            for spec in specs_for(needed, host.vars, heavy=True, profile=profile):
                 if self.stopping.is_set():
                     break
                 results += transport.run_batch([spec], self._remaining())
@@ -190,6 +195,12 @@ def run_hosts(hosts: Sequence[Host], runner: NodeRunner, forks: int,
             node = future.result()
             results[node.name] = node
             on_result(node)
+    except OutputError:
+        # Evidence or journal cannot be written: stop every node now; the caller reports it (exit 2).
+        runner.abort_all()
+        for future in pending:
+            future.cancel()
+        raise
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     for host in futures.values():

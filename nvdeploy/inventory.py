@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Union
 
-from nvdeploy.hostrange import HostRangeError, expand
+from nvdeploy.hostrange import MAX_EXPANSION, HostRangeError, expand
 from nvdeploy.yamlfile import ConfigError, LocDict, LocList, line_of, load_yaml_file
 
 CONNECTIONS = ("ssh", "local", "sim")
@@ -56,6 +56,38 @@ VAR_SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
     "connect_timeout": (_is_positive_number, "a positive number of seconds"),
     "command_timeout": (_is_positive_number, "a positive number of seconds"),
     "cluster": (_is_str, "a string"),
+    # The check catalog (nvdeploy/collect_catalog.py, nvdeploy/checks/{dcgm,nccl,ib}.py).
+    "dcgm_timeout": (_is_positive_number, "a positive number of seconds (hard limit of dcgmi diag)"),
+    "nccl_timeout": (_is_positive_number, "a positive number of seconds (hard limit of nccl-tests)"),
+    "nccl_tests_dir": (_is_str, "a string (the folder holding all_reduce_perf; default: the PATH)"),
+    "nccl_env": (lambda v: isinstance(v, dict) and all(
+        isinstance(k, str) and re.fullmatch(r"NCCL_[A-Z0-9_]+", k) is not None
+        and isinstance(x, (str, int)) and not isinstance(x, bool) for k, x in v.items()),
+        "a mapping of NCCL_* variables to quoted strings, e.g. {NCCL_NVLS_ENABLE: \"1\"}"),
+    "ib_hcas": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+                "a non-negative integer (InfiniBand HCAs expected Active; overrides the profile's ib.hcas)"),
+    "ib_rate_gbps": (_is_positive_number, "a positive number (Gb/s per IB port; overrides the profile's ib.rate_gbps)"),
+    # install / optimize (playbooks/install.yaml, playbooks/optimize.yaml; nvdeploy/actions/).
+    "driver_branch": (lambda v: isinstance(v, str) and re.fullmatch(r"\d{3}", v) is not None,
+                      "a quoted driver branch of three digits, e.g. \"550\""),
+    "package_mirror": (lambda v: isinstance(v, str) and re.fullmatch(r"(https?|file)://[^\s'\"\\]+", v) is not None,
+                       "a URL (http://, https:// or file://) of a local mirror of NVIDIA's CUDA repository"),
+    "cuda_toolkit": (lambda v: isinstance(v, str) and re.fullmatch(r"\d+\.\d+", v) is not None,
+                     "a quoted CUDA toolkit version, e.g. \"12.4\""),
+    "nccl_tests_source": (lambda v: isinstance(v, str) and re.fullmatch(r"(https?|file)://[^\s'\"\\]+|/[^\s'\"\\]+",
+                                                                          v) is not None,
+                          "a URL or an absolute path on the node of a prebuilt nccl-tests .tar.gz"),
+    "allow_reboot": (lambda v: isinstance(v, bool), "true or false (install may reboot the node to load a driver)"),
+    "reboot_timeout": (_is_positive_number, "a positive number of seconds to wait for a rebooted node"),
+    "compute_mode": (lambda v: v in ("DEFAULT", "EXCLUSIVE_PROCESS", "PROHIBITED"),
+                     "one of DEFAULT, EXCLUSIVE_PROCESS, PROHIBITED"),
+    "power_limit_w": (lambda v: _is_positive_number(v) or v == "default",
+                      "a positive number of watts, or \"default\""),
+    "app_clocks": (lambda v: isinstance(v, str) and re.fullmatch(r"default|\d+,\d+", v) is not None,
+                   "\"MEM,GRAPHICS\" in MHz (e.g. \"2619,1980\") or \"default\""),
+    "cpu_governor": (lambda v: v in ("performance", "powersave", "schedutil", "ondemand"),
+                     "one of performance, powersave, schedutil, ondemand"),
+    "mig_enabled": (lambda v: isinstance(v, bool), "true or false (overrides the profile's mig.enabled)"),
 }
 
 
@@ -167,6 +199,7 @@ class _Loader:
         self.host_groups: dict[str, list[str]] = {}
         self.groups: dict[str, set[str]] = {}
         self.order: list[str] = []
+        self.entries = 0  # host entries expanded so far, all groups together: a few range lines must not OOM us
 
     def error(self, message: str, container: Any = None, key: Any = None) -> ConfigError:
         return ConfigError(message, self.file, line_of(container, key) if container is not None else None,
@@ -218,6 +251,9 @@ class _Loader:
                     names = expand(pattern_text)
                 except HostRangeError as exc:
                     raise self.error(f"bad host range: {exc}", hosts, pattern) from None
+                self.entries += len(names)
+                if self.entries > MAX_EXPANSION:
+                    raise self.error(f"the inventory lists more than {MAX_EXPANSION} host entries", hosts, pattern)
                 for host_name in names:
                     if not _valid_name(host_name):
                         raise self.error(f"invalid host name {host_name!r} (letters, digits, '.', '_', '-'; "

@@ -12,7 +12,8 @@ LEVELS = ("quick", "standard", "full")
 
 
 def load_levels(path: Optional[Path] = None) -> dict[str, tuple[str, ...]]:
-    """{level: check ids}; each level includes every check of the levels before it."""
+    """{level: check ids}; each level includes every check of the levels before it, except those it drops
+    with ``!check.id`` (the full level replaces ``dcgm.diag_r2`` by ``dcgm.diag_r3``: ``!dcgm.diag_r2``)."""
     from nvdeploy.checks import CHECKS
 
     path = path or data_dir("playbooks") / "validate.yaml"
@@ -27,10 +28,15 @@ def load_levels(path: Optional[Path] = None) -> dict[str, tuple[str, ...]]:
         if not isinstance(ids, list):
             raise ConfigError("must be a list of check ids", path, line_of(levels, level), level)
         for index, check_id in enumerate(ids):
+            drop = isinstance(check_id, str) and check_id.startswith("!")
+            if drop:
+                check_id = check_id[1:]
             if check_id not in CHECKS:
                 raise ConfigError(f"unknown check {check_id!r} (see 'nvdeploy checks list')", path,
                                   line_of(ids, index), level)
-            if check_id not in carried:
+            if drop:
+                carried = [c for c in carried if c != check_id]
+            elif check_id not in carried:
                 carried.append(check_id)
         out[level] = tuple(carried)
     for level in levels:

@@ -13,7 +13,8 @@ from typing import Any, Optional, Union
 from nvdeploy.builtin import data_dir
 from nvdeploy.yamlfile import ConfigError, LocDict, line_of, load_yaml_file, require_str
 
-_TOP_KEYS = {"name", "version", "description", "sources", "gpu", "driver", "nvlink", "pcie", "sim", "nccl"}
+_TOP_KEYS = {"name", "version", "description", "sources", "gpu", "driver", "nvlink", "pcie", "sim", "nccl", "ib",
+             "throttle", "mig"}
 _GPU_KEYS = {"count", "model", "memory_mib", "memory_tolerance_pct", "pci_device_id", "ecc_required", "nvswitch",
              "power_limit_w", "max_temperature_c"}
 _DRIVER_KEYS = {"version", "min_version"}
@@ -89,6 +90,9 @@ def load_profile_file(path: Union[str, Path]) -> Profile:
     sim = data.get("sim", LocDict())
     if sim:
         _check_keys(sim, _SIM_KEYS, file, "sim")
+    from nvdeploy.profile_schema import check_sections
+
+    check_sections(data, file)
     expectation = GpuExpectation(
         count=_typed(gpu, "count", int, file),
         model=require_str(gpu, "model", file) if "model" in gpu else _typed(gpu, "model", str, file),
@@ -109,7 +113,7 @@ def load_profile_file(path: Union[str, Path]) -> Profile:
         driver_version=require_str(driver, "version", file) if "version" in driver else None,
         driver_min_version=require_str(driver, "min_version", file) if "min_version" in driver else None,
         sim={k: require_str(sim, k, file) for k in sim},
-        extra={k: data[k] for k in ("nvlink", "pcie", "nccl", "sources") if k in data},
+        extra={k: data[k] for k in ("nvlink", "pcie", "nccl", "sources", "ib", "throttle", "mig") if k in data},
         path=file,
     )
 

@@ -281,6 +281,9 @@ class RunResult:
     nvdeploy_version: str = ""
     inventory: str = ""
     user: str = ""
+    # install / optimize / run: one entry per phase (steps, changes before -> after, re-validation), as plain data
+    # (nvdeploy/phases/rollout.py PhaseResult.to_dict). Empty for a plain validate run.
+    phases: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def verdict(self) -> ClusterVerdict:
@@ -314,6 +317,12 @@ class RunResult:
         return f"{head} ({', '.join(parts) or 'no nodes'})."
 
     def to_dict(self) -> dict[str, Any]:
+        data = self._to_dict()
+        if self.phases:
+            data["phases"] = [dict(p) for p in self.phases]
+        return data
+
+    def _to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
             "run_id": self.run_id,
@@ -354,4 +363,5 @@ class RunResult:
             nvdeploy_version=str(data.get("nvdeploy_version", "")),
             inventory=str(data.get("inventory", "")),
             user=str(data.get("user", "")),
+            phases=tuple(dict(p) for p in data.get("phases", []) if isinstance(p, dict)),
         )

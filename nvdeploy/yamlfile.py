@@ -111,9 +111,14 @@ def load_yaml_text(text: str, file: str = "<input>") -> Any:
         raise ConfigError(f"malformed YAML: {problem}", file, line) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"malformed YAML: {exc}", file) from None
+    except RecursionError:
+        raise ConfigError("YAML nested too deeply", file) from None
     if node is None:
         return None
-    return _Builder(file).build(node)
+    try:
+        return _Builder(file).build(node)
+    except RecursionError:
+        raise ConfigError("YAML nested too deeply", file) from None
 
 
 def load_yaml_file(path: Union[str, Path]) -> Any:

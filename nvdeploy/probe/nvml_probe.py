@@ -91,7 +91,7 @@ def collect(nvml):
         facts = {
             "format": "nvml",
             "driver_version": _text(nvml.nvmlSystemGetDriverVersion()),
-            "cuda_version": None if cuda is None else "%d.%d" % (cuda // 1000, (cuda % 1000) // 10),
+            "cuda_version": None if cuda is None else "%d.%d" % (cuda // 1000, (cuda % 1000) // 10),  # noqa: UP031
             "gpus": [],
         }
         count = nvml.nvmlDeviceGetCount()

@@ -1,18 +1,38 @@
-"""The self-contained HTML report: verdict first, folded node x check matrix, findings with evidence links.
+"""The self-contained HTML report: the answer first, every failure one click from its evidence, nothing to install.
 
-Jinja2 with autoescape on (explicitly, not by file extension), no ``|safe`` on anything from a node, a CSP
-that forbids every remote load and every script, inline CSS only: it opens from a mail attachment.
+Jinja2 with autoescape on (explicitly, not by file extension); nothing from a node or an inventory is marked
+safe. The page's Content-Security-Policy is ``default-src 'none'``: no remote load of any kind, styles inline,
+and one script, our own constant text (``templates/report.js.j2``), allowed by its sha256 hash. The script gets
+its data from a ``<script type="application/json">`` block written with ``|tojson`` (which escapes ``<``, ``>``,
+``&`` and quotes), and only changes classes and ``textContent``: nothing from a node is ever executed.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from typing import Any
+import base64
+import datetime as dt
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Optional
 
 import jinja2
+from markupsafe import Markup
 
+from nvdeploy.diff import RunDiff, group_changes, group_drift
 from nvdeploy.hostrange import fold
-from nvdeploy.results import NodeResult, RunResult, Verdict
+from nvdeploy.report.chart import LOW_PCT, bandwidth_charts
+from nvdeploy.report.evidence import Excerpt, excerpt, safe_href
+from nvdeploy.report.view import (
+    CELL_TEXT,
+    NEEDS_ACTION,
+    action_list,
+    action_text,
+    attention,
+    matrix,
+    why,
+)
+from nvdeploy.results import NodeResult, RunResult
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("nvdeploy.report", "templates"),
@@ -21,59 +41,161 @@ _ENV = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+_ENV.globals["fold"] = fold
 
-_ACTION_ORDER = ["ISOLATE", "REINSTALL", "REBOOT", "RESET_GPU", "TUNE", "INVESTIGATE", "MONITOR"]
+# Beyond this many characters of evidence excerpts, further findings only link to their file (2,000 failing
+# nodes must not make a 100 MB page).
+EXCERPT_BUDGET = 3_000_000
+OPEN_SECTIONS = 25  # node sections shown unfolded when there are at most this many
+VALUE_LIMIT = 160  # characters of an observed/expected value shown in a table cell
+ORDER = ("FAIL", "ERROR", "WARN", "PASS", "SKIP")
 
 
-def _check_ids(run: RunResult) -> list[str]:
-    ids: OrderedDict[str, None] = OrderedDict()
-    for node in run.nodes:
+def report_script() -> str:
+    """The report's script, exactly as embedded (its hash is in the CSP)."""
+    loader = _ENV.loader
+    assert loader is not None
+    return loader.get_source(_ENV, "report.js.j2")[0]
+
+
+def script_hash(script: str) -> str:
+    """The CSP source expression for ``script``: ``'sha256-<base64>'``."""
+    digest = hashlib.sha256(script.encode("utf-8")).digest()
+    return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"
+
+
+def content_security_policy(script: str) -> str:
+    return (f"default-src 'none'; script-src {script_hash(script)}; style-src 'unsafe-inline'; img-src data:; "
+            "base-uri 'none'; form-action 'none'")
+
+
+def _value(value: Any, unit: str = "") -> str:
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, default=str) if isinstance(value, (dict, list)) \
+        else str(value)
+    text = " ".join(text.split())
+    if len(text) > VALUE_LIMIT:
+        text = text[: VALUE_LIMIT - 1] + "\u2026"
+    return f"{text} {unit}".strip() if unit else text
+
+
+def _size(count: int) -> str:
+    if count < 1024:
+        return f"{count} B"
+    value = float(count)
+    for unit in ("KB", "MB", "GB"):
+        value /= 1024
+        if value < 1024 or unit == "GB":
+            break
+    return f"{value:.1f} {unit}"
+
+
+def _node_sections(run: RunResult, run_dir: Optional[Path], budget: int) -> tuple[list[dict[str, Any]], int]:
+    sections = []
+    used = 0
+    dropped = 0
+    nodes = attention(run)
+    for index, node in nodes:
+        items = []
         for finding in node.findings:
-            ids.setdefault(finding.check, None)
-    return list(ids)
+            if finding.verdict not in NEEDS_ACTION:
+                continue
+            found: Optional[Excerpt] = None
+            if run_dir is not None and finding.evidence:
+                if used < budget:
+                    found = excerpt(run_dir, finding.evidence, finding)
+                    used += sum(len(line) + 8 for line in found.lines) if found else 0
+                else:
+                    dropped += 1
+            items.append({"finding": finding, "excerpt": found, "href": safe_href(finding.evidence),
+                          "observed": _value(finding.observed, finding.unit if finding.observed is not None else ""),
+                          "expected": _value(finding.expected, finding.unit if finding.expected is not None else "")})
+        items.sort(key=lambda item: -item["finding"].verdict.severity)
+        evidence = []
+        for record in node.evidence:
+            href = safe_href(record.path)
+            if href is not None:
+                evidence.append({"name": Path(record.path).name, "href": href, "size": _size(record.bytes_total or 0),
+                                 "rc": record.rc, "truncated": record.truncated})
+        sections.append({"index": index, "node": node, "findings": items, "evidence": evidence,
+                         "open": len(nodes) <= OPEN_SECTIONS,
+                         "bad_checks": sorted({f.check for f in node.findings if f.verdict in NEEDS_ACTION})})
+    return sections, dropped
 
 
-def _row(node: NodeResult, checks: list[str]) -> tuple[str, ...]:
-    cells = []
-    for check in checks:
-        verdicts = [f.verdict for f in node.findings if f.check == check]
-        cells.append(Verdict.worst(verdicts).value if verdicts else "-")
-    return tuple(cells)
+def _gpus(node: NodeResult) -> str:
+    count = node.facts.get("gpu_count")
+    model = node.facts.get("gpu_model")
+    if count is None and not model:
+        return ""
+    return f"{count if count is not None else '?'} \u00d7 {model}" if model else str(count)
 
 
-def matrix(run: RunResult) -> tuple[list[str], list[dict[str, Any]]]:
-    """Rows of identical results folded into host ranges, worst rows first."""
-    checks = _check_ids(run)
-    groups: OrderedDict[tuple[str, tuple[str, ...]], list[str]] = OrderedDict()
-    for node in run.nodes:
-        key = (node.verdict.value, _row(node, checks))
-        groups.setdefault(key, []).append(node.name)
-    rows = [{"hosts": fold(names), "count": len(names), "verdict": verdict, "cells": cells, "names": names}
-            for (verdict, cells), names in groups.items()]
-    rows.sort(key=lambda r: (-Verdict(r["verdict"]).severity, r["hosts"]))
-    return checks, rows
-
-
-def action_list(run: RunResult) -> list[dict[str, Any]]:
-    """What the on-call engineer does, to which nodes, in order of urgency."""
-    actions: dict[tuple[str, str], list[str]] = {}
-    for node in run.nodes:
-        for finding in node.findings:
-            if finding.verdict in (Verdict.FAIL, Verdict.ERROR, Verdict.WARN) and finding.remediation.value != "NONE":
-                actions.setdefault((finding.remediation.value, finding.check), [])
-                if node.name not in actions[(finding.remediation.value, finding.check)]:
-                    actions[(finding.remediation.value, finding.check)].append(node.name)
-    out = [{"action": action, "check": check, "hosts": fold(names), "count": len(names)}
-           for (action, check), names in actions.items()]
-    out.sort(key=lambda a: (_ACTION_ORDER.index(a["action"]) if a["action"] in _ACTION_ORDER else 99, a["check"]))
+def _all_nodes(run: RunResult) -> list[dict[str, Any]]:
+    out = []
+    for index, node in enumerate(run.nodes):
+        verdict = node.verdict
+        bad = sorted({f.check for f in node.findings if f.verdict in NEEDS_ACTION})
+        out.append({"index": index, "node": node, "verdict": verdict.value, "action": verdict in NEEDS_ACTION,
+                    "bad": ", ".join(bad), "driver": _value(node.facts.get("driver_version")),
+                    "cuda": _value(node.facts.get("cuda_version")), "gpus": _value(_gpus(node))})
     return out
 
 
-def render_html(run: RunResult) -> bytes:
-    checks, rows = matrix(run)
-    template = _ENV.get_template("report.html.j2")
-    attention = [n for n in run.nodes if n.verdict in (Verdict.FAIL, Verdict.ERROR, Verdict.WARN)]
-    attention.sort(key=lambda n: (-n.verdict.severity, n.name))
-    html = template.render(run=run, data=run.to_dict(), checks=checks, rows=rows, actions=action_list(run),
-                           attention=attention, counts=run.counts())
+def _when(timestamp: str) -> str:
+    try:
+        parsed = dt.datetime.fromisoformat(timestamp)
+    except ValueError:
+        return timestamp
+    if parsed.tzinfo is not None:
+        parsed = parsed.astimezone(dt.timezone.utc)
+        return parsed.strftime("%Y-%m-%d %H:%M UTC")
+    return parsed.strftime("%Y-%m-%d %H:%M")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
+
+
+def _meta(run: RunResult) -> list[tuple[str, str]]:
+    profiles = ", ".join(sorted(set(run.profiles.values()))) or "none"
+    return [("Profile", profiles), ("Level", run.level), ("Started", _when(run.started_at) if run.started_at else "?"),
+            ("Duration", _duration(run.duration_s)), ("Run by", run.user or "?"), ("Run id", run.run_id),
+            ("Inventory", run.inventory or "?"), ("nvdeploy", run.nvdeploy_version or "?")]
+
+
+def render_html(run: RunResult, diff: Optional[RunDiff] = None, run_dir: Optional[Path] = None,
+                excerpt_budget: int = EXCERPT_BUDGET) -> bytes:
+    """The report as one self-contained HTML file.
+
+    Args:
+        run: the run to show.
+        diff: a comparison with a baseline run (:func:`nvdeploy.diff.compare_runs`), shown when given.
+        run_dir: the run folder, to read evidence excerpts from (links are relative to it either way).
+        excerpt_budget: characters of evidence excerpts at most; later findings link to their file only.
+    """
+    checks, rows = matrix(run, diff)
+    steps = action_list(run)
+    sections, dropped = _node_sections(run, Path(run_dir) if run_dir is not None else None, excerpt_budget)
+    script = report_script()
+    verdict = run.verdict.value
+    diff_groups = None
+    if diff is not None:
+        diff_groups = {"new_failures": group_changes(diff.new_failures),
+                       "new_warnings": group_changes(diff.new_warnings),
+                       "fixed_checks": group_changes(diff.fixed_checks), "drift": group_drift(diff.drift)}
+    data = {"nodes": [n.name for n in run.nodes], "rows": [r["indexes"] for r in rows]}
+    html = _ENV.get_template("report.html.j2").render(
+        run=run, verdict=verdict, verdict_text=verdict.replace("_", " "), why=why(run), counts=run.counts(),
+        order=ORDER, meta=_meta(run), steps=steps, action_text=action_text(run, steps), checks=checks, rows=rows,
+        cell_text=CELL_TEXT, cluster_findings=list(run.cluster_findings),
+        diff=diff, diff_groups=diff_groups, charts=bandwidth_charts(run), low_pct=LOW_PCT, sections=sections,
+        excerpts_dropped=dropped, all_nodes=_all_nodes(run), data=data, script=Markup(script),  # noqa: S704
+        csp=Markup(content_security_policy(script)),  # noqa: S704 - our constant: quotes must stay quotes
+        rendered_at=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
     return html.encode("utf-8")

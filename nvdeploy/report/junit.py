@@ -1,60 +1,124 @@
-"""JUnit XML: one test case per node x check; FAIL as failure, ERROR as error, SKIP as skipped."""
+"""JUnit XML for Jenkins and GitLab: one test case per node x check.
+
+FAIL is ``<failure>`` (message: the summary, type: the remediation action), ERROR is ``<error>`` (type: the
+reason, e.g. ``unreachable``), SKIP is ``<skipped>``, PASS and WARN pass (a WARN's text goes to ``system-out``).
+The shape follows the schema Jenkins' JUnit plugin accepts (junit-10.xsd): element order skipped, error,
+failure, system-out inside a test case; ``tests/failures/errors/skipped/time/timestamp/hostname`` on each
+suite. GitLab shows ``classname`` as the suite and ``name`` as the test: ``<cluster>.<node>`` and the check id.
+Jenkins splits ``classname`` at its last dot into package and class, so dots inside a node or cluster name are
+written as ``_`` there (the suite name and hostname keep the real names).
+"""
 
 from __future__ import annotations
 
+import datetime as dt
 import xml.etree.ElementTree as ET
 from collections import defaultdict
+from typing import Optional
 
+from nvdeploy.report.view import ACTION_TEXT
 from nvdeploy.results import Finding, RunResult, Verdict
 
 _ILLEGAL = {c: None for c in range(32) if c not in (9, 10, 13)}
+_ILLEGAL.update({0xFFFE: None, 0xFFFF: None})
+MESSAGE_LIMIT = 1000
 
 
-def _clean(text: str) -> str:
-    """XML 1.0 cannot carry control characters; a node's output may contain them."""
-    return str(text).translate(_ILLEGAL)
+def _clean(text: object) -> str:
+    """XML 1.0 cannot carry most control characters or unpaired surrogates; a node's output may contain them."""
+    cleaned = str(text).translate(_ILLEGAL)
+    return "".join(c for c in cleaned if not 0xD800 <= ord(c) <= 0xDFFF)
+
+
+def _classname_part(name: str) -> str:
+    return _clean(name).replace(".", "_") or "_"
+
+
+def _timestamp(value: str) -> Optional[str]:
+    """ISO 8601 without a zone (what the schema's pattern wants), in UTC."""
+    try:
+        parsed = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if parsed.tzinfo is not None:
+        parsed = parsed.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return parsed.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _describe(finding: Finding) -> str:
+    line = f"[{finding.verdict.value}] {finding.summary}"
+    if finding.gpu is not None:
+        line += f" (GPU {finding.gpu})"
+    if finding.observed is not None or finding.expected is not None:
+        unit = f" {finding.unit}" if finding.unit else ""
+        line += f"\n  observed: {finding.observed}{unit}\n  expected: {finding.expected}{unit}"
+    if finding.reason is not None:
+        line += f"\n  reason: {finding.reason.value}"
+    if finding.remediation.value != "NONE":
+        what = ACTION_TEXT.get(finding.remediation.value, "")
+        line += f"\n  action: {finding.remediation.value}" + (f" ({what})" if what else "")
+    if finding.profile:
+        line += f"\n  profile: {finding.profile}"
+    if finding.evidence:
+        line += f"\n  evidence: {finding.evidence}"
+    return line
 
 
 def _case(suite: ET.Element, classname: str, name: str, findings: list[Finding]) -> dict[str, int]:
-    case = ET.SubElement(suite, "testcase", classname=_clean(classname), name=_clean(name), time="0")
+    case = ET.SubElement(suite, "testcase", name=_clean(name), classname=classname, time="0")
     worst = Verdict.worst(f.verdict for f in findings)
-    text = "\n".join(f"[{f.verdict.value}] {f.summary}" + (f" (observed {f.observed}, expected {f.expected})"
-                                                          if f.observed is not None or f.expected is not None else "")
-                     + (f" -> {f.remediation.value}" if f.remediation.value != "NONE" else "")
-                     + (f" evidence: {f.evidence}" if f.evidence else "") for f in findings)
-    first = next((f for f in findings if f.verdict is worst), findings[0])
+    ordered = sorted(findings, key=lambda f: -f.verdict.severity)
+    text = _clean("\n".join(_describe(f) for f in ordered))
+    first = ordered[0]
+    message = _clean(first.summary)[:MESSAGE_LIMIT]
     counts = {"failures": 0, "errors": 0, "skipped": 0}
     if worst is Verdict.FAIL:
-        ET.SubElement(case, "failure", message=_clean(first.summary), type=first.remediation.value).text = _clean(text)
+        ET.SubElement(case, "failure", message=message, type=first.remediation.value).text = text
         counts["failures"] = 1
     elif worst is Verdict.ERROR:
-        ET.SubElement(case, "error", message=_clean(first.summary),
-                      type=first.reason.value if first.reason else "error").text = _clean(text)
+        ET.SubElement(case, "error", message=message,
+                      type=first.reason.value if first.reason else "error").text = text
         counts["errors"] = 1
     elif worst is Verdict.SKIP:
-        ET.SubElement(case, "skipped", message=_clean(first.summary))
+        ET.SubElement(case, "skipped", message=message)
         counts["skipped"] = 1
     else:
-        ET.SubElement(case, "system-out").text = _clean(text)
+        ET.SubElement(case, "system-out").text = text
     return counts
 
 
 def render_junit(run: RunResult) -> bytes:
+    """The run as JUnit XML (UTF-8, with declaration)."""
     root = ET.Element("testsuites", name=_clean(f"nvdeploy {run.phase} {run.cluster}"))
-    suites = [(node.name, node.findings) for node in run.nodes]
+    timestamp = _timestamp(run.started_at) if run.started_at else None
+    suites: list[tuple[str, str, float, tuple[Finding, ...]]] = [
+        (node.name, node.address or node.name, node.duration_s, node.findings) for node in run.nodes]
     if run.cluster_findings:
-        suites.append(("cluster", run.cluster_findings))
-    for suite_name, findings in suites:
+        suites.append(("cluster", "", 0.0, run.cluster_findings))
+    grand = {"tests": 0, "failures": 0, "errors": 0}
+    for suite_name, hostname, duration, findings in suites:
         suite = ET.SubElement(root, "testsuite", name=_clean(f"{run.cluster}.{suite_name}"))
         by_check: dict[str, list[Finding]] = defaultdict(list)
         for finding in findings:
             by_check[finding.check].append(finding)
         totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        classname = f"{_classname_part(run.cluster)}.{_classname_part(suite_name)}"
         for check, grouped in by_check.items():
-            counts = _case(suite, f"{run.cluster}.{suite_name}", check, grouped)
+            counts = _case(suite, classname, check, grouped)
             totals["tests"] += 1
             for key, value in counts.items():
                 totals[key] += value
         for key, value in totals.items():
             suite.set(key, str(value))
+        suite.set("time", f"{duration:.3f}")
+        if timestamp:
+            suite.set("timestamp", timestamp)
+        if hostname:
+            suite.set("hostname", _clean(hostname))
+        for key in grand:
+            grand[key] += totals[key]
+    for key, value in grand.items():
+        root.set(key, str(value))
+    root.set("time", f"{run.duration_s:.3f}")
+    ET.indent(root, space=" ")
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"

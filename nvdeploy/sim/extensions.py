@@ -3,4 +3,11 @@
 Each module below registers itself on import (``register_tool``, ``register_fault``, ``OUTPUT_FILTERS``). Add one
 import line per new module.
 """
+from nvdeploy.sim import chaos  # noqa: E402,F401  isort: skip
 from nvdeploy.sim import fake_nvml  # noqa: E402,F401
+
+# The datacenter tools and the faults of the check catalog (issue 4).
+from nvdeploy.sim import datacenter, dcgm_tool, nccl_tool  # noqa: E402,F401  isort: skip
+
+# Stateful nodes: packages, services, modules, GPU settings that install/optimize change (issue 6).
+from nvdeploy.sim import state, systools  # noqa: E402,F401  isort: skip

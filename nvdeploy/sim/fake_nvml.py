@@ -9,6 +9,7 @@ Also registers the simulated ``python3``: it runs the shipped probe against this
 from __future__ import annotations
 
 import io
+import threading
 import types
 from collections.abc import Sequence
 from contextlib import redirect_stdout
@@ -99,12 +100,18 @@ def fake_nvml(facts: NodeFacts) -> Any:
     return nvml
 
 
+# redirect_stdout swaps the process-wide sys.stdout: two nodes' probes overlapping in worker threads could restore
+# each other's buffer and leave sys.stdout pointing into one (the CLI's own output then vanished).
+_STDOUT_LOCK = threading.Lock()
+
+
 def run_probe(scenario: NodeScenario) -> ToolOutput:
     from nvdeploy.probe import nvml_probe
 
     buffer = io.StringIO()
-    with redirect_stdout(buffer):
-        rc = nvml_probe.main(fake_nvml(node_facts(scenario)))
+    nvml = fake_nvml(node_facts(scenario))
+    with _STDOUT_LOCK, redirect_stdout(buffer):
+        rc = nvml_probe.main(nvml)
     return ToolOutput(buffer.getvalue().encode(), rc=rc)
 
 

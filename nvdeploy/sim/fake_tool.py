@@ -24,7 +24,13 @@ from nvdeploy.sim.tools import run_tool
 SCENARIO_ENV = "NVD_SCENARIO_FILE"
 PROFILE_DIRS_ENV = "NVD_PROFILE_DIRS"
 FAKE_TOOLS = ("nvidia-smi", "lspci", "dmesg", "journalctl", "dcgmi", "ibstat", "systemctl", "mpirun",
-              "all_reduce_perf", "python3")
+              "all_reduce_perf", "python3", "lsmod", "ofed_info", "nv-fabricmanager",
+              # stateful nodes (nvdeploy/sim/systools.py)
+              "sudo", "apt-get", "dpkg-query", "dpkg", "dnf", "rpm", "curl", "modprobe", "mokutil", "cpupower",
+              "reboot", "uname", "cat")
+# Tools simulated only for some first arguments (a shell ``case`` pattern); every other call runs the real program,
+# which the batch script itself needs (``cat`` of its own temp files). name -> (pattern, real program).
+PARTIAL_TOOLS = {"cat": ("/etc/os-release|/proc/sys/kernel/random/boot_id|*nvdeploy*", "/bin/cat")}
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the nvdeploy package
 
 
@@ -61,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"fake_tool: cannot load scenario {path}: {exc}\n")
         return 2
     out = run_tool(scenario, [os.path.basename(argv[0])] + argv[1:])
+    if out.delay_s > 0:
+        time.sleep(out.delay_s)
     if out.hang:
         while True:
             time.sleep(3600)
@@ -91,9 +99,11 @@ def install_fake_tools(bin_dir: Path, python: str = sys.executable, pythonpath: 
     bin_dir.mkdir(parents=True, exist_ok=True)
     text = wrapper_script(python, pythonpath)
     written = []
+    partial = {name: f'case "$1" in\n  {pattern}) ;;\n  *) exec {shlex.quote(real)} "$@" ;;\nesac\n'
+               for name, (pattern, real) in PARTIAL_TOOLS.items()}
     for name in FAKE_TOOLS:
         target = bin_dir / name
-        target.write_text(text, encoding="utf-8")
+        target.write_text(text.replace("\n", "\n" + partial[name], 1) if name in partial else text, encoding="utf-8")
         target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH | stat.S_IRUSR)
         written.append(target)
     return written

@@ -31,7 +31,11 @@ Faults (each changes only what is listed; a GPU index beyond the node's GPUs mea
 - ``pcie_degraded``: GPU 4's PCIe link trains at 8x (current_link_width 8x, max 16x).
 - ``thermal_throttle``: GPU 6 is at 91 C with HW and SW thermal slowdown Active.
 - ``mig_enabled``: every MIG-capable GPU shows MIG mode Enabled (current and pending), with no instances.
-- ``nvlink_down``: reserved (accepted; no tool prints NVLink state yet).
+- ``nvlink_down``: GPU 3's NVLinks 2 and 9 inactive (``nvidia-smi nvlink -s`` / ``topo -m``, in
+  nvdeploy/sim/datacenter.py). The datacenter faults (``fabricmanager_down``, ``ib_port_down``,
+  ``peermem_missing``), DCGM faults (``dcgm_fail:<test>``, ``dcgm_missing``, ``hostengine_down``, ``dcgm_hang``)
+  and nccl-tests faults (``nccl_low_bw``, ``nccl_wrong``, ``nccl_hang``) are documented in
+  nvdeploy/sim/datacenter.py, dcgm_tool.py and nccl_tool.py.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from nvdeploy.profiles import Profile, ProfileCatalog
@@ -53,6 +58,10 @@ XID_FAULT = re.compile(r"xid([1-9][0-9]{0,3})")
 # Faults added by other modules (nvdeploy/sim/*.py): exact names, and patterns such as ``dcgm_fail:<test>``.
 EXTRA_FAULTS: dict[str, str] = {}
 EXTRA_FAULT_PATTERNS: dict[str, re.Pattern[str]] = {}
+
+
+# Applied to every node_facts() result, in order (nvdeploy/sim/state.py: what install and optimize changed).
+FACT_FILTERS: list[Callable[[NodeScenario, NodeFacts], NodeFacts]] = []
 
 
 def register_fault(name: str, doc: str, pattern: str | None = None) -> None:
@@ -105,6 +114,10 @@ class NodeScenario:
     cluster_driver: str | None = None
     # The other nodes of the simulated cluster, (address or name, faults): multi-node tools (mpirun) read them.
     peers: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # Stateful nodes (nvdeploy/sim/state.py): ``cluster`` keys in-process state; ``state_file`` names a fake SSH
+    # node's state file (default: nvd-state.json in the node's HOME).
+    cluster: str | None = None
+    state_file: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "faults", tuple(self.faults))
@@ -133,21 +146,23 @@ class NodeScenario:
         return tuple(found)
 
     def to_json(self) -> str:
-        return json.dumps({
+        data = {
             "name": self.name,
             "profile": self.profile.name,
             "faults": list(self.faults),
             "sku": self.sku.name if self.sku is not None else None,
             "cluster_driver": self.cluster_driver,
             "peers": [[address, list(faults)] for address, faults in self.peers],
-        }, indent=None, sort_keys=False)
+        }
+        data.update({k: v for k, v in (("cluster", self.cluster), ("state_file", self.state_file)) if v is not None})
+        return json.dumps(data, indent=None, sort_keys=False)
 
     @classmethod
     def from_json(cls, text: str, catalog: ProfileCatalog) -> NodeScenario:
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError("scenario JSON must be an object")
-        unknown = set(data) - {"name", "profile", "faults", "sku", "cluster_driver", "peers"}
+        unknown = set(data) - {"name", "profile", "faults", "sku", "cluster_driver", "peers", "cluster", "state_file"}
         if unknown:
             raise ValueError(f"unknown scenario keys: {', '.join(sorted(unknown))}")
         for key in ("name", "profile"):
@@ -165,9 +180,13 @@ class NodeScenario:
         peers = data.get("peers") or []
         if not isinstance(peers, list) or not all(isinstance(p, list) and len(p) == 2 for p in peers):
             raise ValueError("scenario key 'peers' must be a list of [address, [faults]]")
+        for key in ("cluster", "state_file"):
+            if data.get(key) is not None and not isinstance(data[key], str):
+                raise ValueError(f"scenario key {key!r} must be a string or null")
         return cls(name=data["name"], profile=catalog.get(data["profile"]), faults=tuple(faults),
                    sku=catalog.get(sku) if sku is not None else None, cluster_driver=driver,
-                   peers=tuple((str(a), tuple(f)) for a, f in peers))
+                   peers=tuple((str(a), tuple(f)) for a, f in peers), cluster=data.get("cluster"),
+                   state_file=data.get("state_file"))
 
 
 @dataclass(frozen=True)
@@ -322,11 +341,14 @@ def node_facts(scenario: NodeScenario) -> NodeFacts:
     if hw.gpu.nvswitch:
         switch_id, switch_count = ("1af1", 6) if arch == "Ampere" else ("22a3", 4)
         switches = tuple((f"0000:{0x05 + i:02x}:00.0", switch_id) for i in range(switch_count))
-    return NodeFacts(
+    facts = NodeFacts(
         hostname=scenario.name.split(".")[0], driver_version=driver, cuda_version=cuda,
         driver_loaded=not scenario.has("driver_missing"), gpus=tuple(visible), pci_gpus=tuple(gpus),
         nvswitches=switches, xid_events=_xid_events(scenario, count) if count else (),
     )
+    for apply in FACT_FILTERS:
+        facts = apply(scenario, facts)
+    return facts
 
 
 def _apply_gpu_faults(scenario: NodeScenario, gpus: list[SimGpu]) -> None:

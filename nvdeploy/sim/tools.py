@@ -2,8 +2,9 @@
 
 Supported: ``nvidia-smi`` (``-q -x``, ``-L``, ``--query-gpu=... --format=csv[,noheader][,nounits]``), ``lspci``
 (always the ``-D -n`` layout), ``dmesg`` (raw ``[ uptime]`` timestamps), ``journalctl`` (``-k`` short format) and
-``true``/``false``, each with any arguments and behind an optional ``sudo [-n] [--]``. Any other tool is
-"not found" (rc 127).
+``true``/``false``, each with any arguments and behind an optional ``sudo [-n] [--]``, plus the tools and
+``nvidia-smi`` subcommands other modules register (``TOOLS``, ``SMI_SUBCOMMANDS``; see nvdeploy/sim/extensions.py).
+Any other tool is "not found" (rc 127).
 """
 
 from __future__ import annotations
@@ -48,12 +49,13 @@ _GENERIC_XID = (True, "Ch 00000008")
 
 @dataclass(frozen=True)
 class ToolOutput:
-    """What one tool run produced; ``hang`` means it never returns."""
+    """What one tool run produced; ``hang`` means it never returns, ``delay_s`` how long it takes to answer."""
 
     stdout: bytes
     stderr: bytes = b""
     rc: int = 0
     hang: bool = False
+    delay_s: float = 0.0
 
 
 def _strip_sudo(argv: Sequence[str]) -> list[str]:
@@ -72,6 +74,12 @@ def _strip_sudo(argv: Sequence[str]) -> list[str]:
 ToolFunction = Callable[[NodeScenario, Sequence[str]], ToolOutput]
 # Extra tools (dcgmi, ibstat, mpirun, ...) registered by other modules of nvdeploy/sim; the name is argv[0]'s basename.
 TOOLS: dict[str, ToolFunction] = {}
+# nvidia-smi subcommands (``nvlink``, ``topo``, ...) registered by other modules; called with the args after the
+# subcommand word.
+SMI_SUBCOMMANDS: dict[str, ToolFunction] = {}
+# Called with the full argv (sudo included) before any tool; the first non-None answer wins. Stateful nodes
+# (nvdeploy/sim/state.py) answer here for tools whose output depends on what install/optimize changed.
+TOOL_HOOKS: list[Callable[[NodeScenario, Sequence[str]], ToolOutput | None]] = []
 # Wrappers applied to every tool's output (chaos faults such as floods or garbage bytes), in registration order.
 OUTPUT_FILTERS: list[Callable[[NodeScenario, str, Sequence[str], ToolOutput], ToolOutput]] = []
 
@@ -100,9 +108,15 @@ def _run_tool(scenario: NodeScenario, argv: Sequence[str]) -> ToolOutput:
     args = _strip_sudo(argv)
     if scenario.has("hang"):
         return ToolOutput(b"", hang=True)
+    for hook in TOOL_HOOKS:
+        answered = hook(scenario, argv)
+        if answered is not None:
+            return answered
     if not args:
         return ToolOutput(b"", b"sh: 1: : not found\n", 127)
     tool, rest = os.path.basename(args[0]), args[1:]
+    if tool == "nvidia-smi" and rest and rest[0] in SMI_SUBCOMMANDS:
+        return SMI_SUBCOMMANDS[rest[0]](scenario, rest[1:])
     if tool == "nvidia-smi":
         return _nvidia_smi(node_facts(scenario), rest)
     if tool == "lspci":

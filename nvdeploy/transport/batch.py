@@ -55,7 +55,9 @@ def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False) -
         lines.insert(0, "IFS= read -r NVD_SUDO_PW || NVD_SUDO_PW=")
     for index, spec in enumerate(commands):
         lines.append(
-            f'( {_command_line(spec, sudo_password)} >"$d/{index}.o" 2>"$d/{index}.e" </dev/null; '
+            # The braces matter: a redirection after "printf pw | sudo ..." would bind to sudo alone and
+            # replace the pipe that carries the password with /dev/null.
+            f'( {{ {_command_line(spec, sudo_password)}; }} >"$d/{index}.o" 2>"$d/{index}.e" </dev/null; '
             f'echo $? >"$d/{index}.r" ) &'
         )
     lines.append("wait")

@@ -32,7 +32,7 @@ class SimTransport(Transport):
     def _one(self, spec: CommandSpec) -> tuple[CommandResult, float]:
         argv = ("sudo", "-n", "--", *spec.argv) if spec.sudo else spec.argv
         output = run_tool(self.scenario, argv)
-        if output.hang:
+        if output.hang or output.delay_s >= spec.timeout_s:
             return (CommandResult(name=spec.name, command=spec.display, rc=None, timed_out=True,
                                   duration_s=spec.timeout_s, error=ErrorReason.TIMEOUT,
                                   error_detail=f"timed out after {spec.timeout_s:g} s"), spec.timeout_s)
@@ -40,25 +40,36 @@ class SimTransport(Transport):
         truncated = len(output.stdout) > cap or len(output.stderr) > cap
         return (CommandResult(name=spec.name, command=spec.display, rc=output.rc, stdout=output.stdout[:cap],
                               stderr=output.stderr[:cap], truncated=truncated, stdout_total=len(output.stdout),
-                              stderr_total=len(output.stderr)), 0.0)
+                              stderr_total=len(output.stderr)), output.delay_s)
 
     def run_batch(self, commands: Sequence[CommandSpec], deadline_s: Optional[float] = None) -> list[CommandResult]:
         if not self._connected:
             raise TransportError(ErrorReason.NOT_RUN, "not connected")
         started = time.monotonic()
         results = [self._one(spec) for spec in commands]
-        # Commands of a batch run side by side: the batch lasts as long as its slowest (hung) command.
+        # Commands of a batch run side by side: the batch lasts as long as its slowest (hung or slow) command.
         wait = max((w for _, w in results), default=0.0)
         if deadline_s is not None:
             wait = min(wait, max(deadline_s, 0.0))
         if wait and self._abort.wait(wait):
+            # A command still running (hung, or slow and not done yet) when the run was aborted has no result.
+            elapsed = time.monotonic() - started
             return [CommandResult(name=r.name, command=r.command, rc=None, error=ErrorReason.INTERRUPTED,
-                                  error_detail="run interrupted") if r.timed_out else r for r, _ in results]
+                                  error_detail="run interrupted") if r.timed_out or w > elapsed else r
+                    for r, w in results]
         elapsed = time.monotonic() - started
-        return [r if r.timed_out else _with_duration(r, elapsed) for r, _ in results]
+        return [r if r.timed_out else _with_duration(r, elapsed) if w <= wait else _cut(r, elapsed)
+                for r, w in results]
 
     def close(self) -> None:
         self._abort.set()
+
+
+def _cut(result: CommandResult, elapsed: float) -> CommandResult:
+    """A slow command still running when the global deadline stopped the batch."""
+    return CommandResult(name=result.name, command=result.command, rc=None, duration_s=elapsed, timed_out=True,
+                         error=ErrorReason.TIMEOUT,
+                         error_detail=f"stopped at the global deadline after {elapsed:.0f} s")
 
 
 def _with_duration(result: CommandResult, duration: float) -> CommandResult:

@@ -27,9 +27,11 @@ from nvdeploy.results import CommandResult, ErrorReason
 from nvdeploy.transport import batch
 from nvdeploy.transport.base import CommandSpec, Transport, TransportError
 
-# paramiko's DEBUG logging dumps channel data: keep its loggers at WARNING whatever the root level is.
-logging.getLogger("paramiko").setLevel(logging.WARNING)
-logging.getLogger("paramiko.transport").setLevel(logging.WARNING)
+# paramiko's DEBUG logging dumps channel data, and at ERROR its transport thread prints a full traceback for
+# every failed connect (a node with no SSH banner printed one on the operator's terminal). We classify and
+# report every failure ourselves, so paramiko's loggers stay quiet whatever the root level is.
+logging.getLogger("paramiko").setLevel(logging.CRITICAL)
+logging.getLogger("paramiko.transport").setLevel(logging.CRITICAL)
 
 _KNOWN_HOSTS_LOCK = threading.Lock()
 _READ_CHUNK = 65536
@@ -214,11 +216,15 @@ class SSHTransport(Transport):
                     time.sleep(0.02)
             status = channel.recv_exit_status()
             if status == -1:
+                if self._closed:  # our own close() (Ctrl-C, SIGTERM) ended the channel: resume must redo it
+                    return bytes(out), ErrorReason.INTERRUPTED, "run interrupted"
                 return bytes(out), ErrorReason.CONNECTION_LOST, "SSH session ended without an exit status"
             if dropped:
                 return bytes(out), ErrorReason.INCOMPLETE, f"{dropped} bytes beyond the {cap}-byte cap dropped"
             return bytes(out), None, ""
         except (OSError, EOFError, paramiko.SSHException) as exc:
+            if self._closed:
+                return bytes(out), ErrorReason.INTERRUPTED, "run interrupted"
             return bytes(out), ErrorReason.CONNECTION_LOST, f"SSH error: {exc}"
         finally:
             with self._lock:
@@ -271,6 +277,10 @@ def _classify(exc: BaseException, address: str, port: int, timeout_s: float) -> 
         return TransportError(ErrorReason.UNREACHABLE, f"connection to {where} refused")
     if isinstance(exc, paramiko.SSHException) and "banner" in message.lower():
         return TransportError(ErrorReason.UNREACHABLE, f"no SSH banner from {where} within {timeout_s:g} s")
+    if isinstance(exc, paramiko.SSHException) and "No existing session" in message:
+        # start_client gave up at the connect timeout before the banner timer fired: the same silent server.
+        return TransportError(ErrorReason.UNREACHABLE, f"no SSH banner or key exchange from {where} within "
+                              f"{timeout_s:g} s")
     if isinstance(exc, socket.gaierror):
         return TransportError(ErrorReason.UNREACHABLE, f"cannot resolve {address}: {exc.strerror}")
     if isinstance(exc, OSError):

@@ -90,3 +90,20 @@ def test_report_command_rebuilds(tmp_path):
     result = invoke("report", str(run_dir))
     assert result.exit_code == 0
     assert (run_dir / "report.html").exists()
+
+
+def test_baseline_prometheus_and_history_are_wired_into_validate(tmp_path):
+    demo = str(ROOT / "inventories" / "demo.yaml")
+    first = invoke("validate", "-i", demo, "--limit", "gpu00[1-4]", "--out", str(tmp_path))
+    assert first.exit_code == 1
+    baseline = next((tmp_path / "demo").iterdir())
+    prom = tmp_path / "nvdeploy.prom"
+    second = invoke("validate", "-i", demo, "--limit", "gpu00[1-2]", "--out", str(tmp_path), "--baseline",
+                    str(baseline), "--prometheus", str(prom))
+    assert second.exit_code == 0, second.output
+    assert "Nodes gone (2)" in second.output and "gpu[003-004]" in second.output
+    assert "nvdeploy_run_info" in prom.read_text()
+    history = invoke("history", "--db", str(tmp_path / "history.sqlite"))
+    assert history.output.count("demo") >= 2
+    latest = next(p for p in (tmp_path / "demo").iterdir() if p != baseline)
+    assert (latest / "baseline.json").exists()

@@ -3,7 +3,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 
-from nvdeploy.report.html import render_html
+from nvdeploy.report.html import render_html, report_script, script_hash
 from nvdeploy.report.junit import render_junit
 from nvdeploy.results import ErrorReason, Finding, NodeResult, Remediation, RunResult, Verdict
 
@@ -24,20 +24,39 @@ def hostile_run() -> RunResult:
 class _Collector(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
-        self.scripts = 0
+        self.scripts: list[dict[str, str | None]] = []
+        self.script_text: list[str] = []
         self.attrs: list[tuple[str, str | None]] = []
+        self._in_script = False
 
     def handle_starttag(self, tag, attrs):
         if tag == "script":
-            self.scripts += 1
+            self.scripts.append(dict(attrs))
+            self.script_text.append("")
+            self._in_script = True
         self.attrs.extend(attrs)
+
+    def handle_endtag(self, tag):
+        if tag == "script":
+            self._in_script = False
+
+    def handle_data(self, data):
+        if self._in_script:
+            self.script_text[-1] += data
 
 
 def test_html_escapes_everything_from_nodes():
     html = render_html(hostile_run()).decode()
     parser = _Collector()
     parser.feed(html)
-    assert parser.scripts == 0
+    # Exactly two scripts, both ours: the data block (JSON, never executed) and the constant script whose hash is
+    # the only one the CSP allows.
+    assert [s.get("type") for s in parser.scripts] == ["application/json", None]
+    assert parser.script_text[1] == report_script()
+    csp = next(v for k, v in parser.attrs if k == "content") or ""  # the first content= is the CSP meta tag
+    assert csp.startswith("default-src 'none';")
+    assert f"script-src {script_hash(report_script())};" in csp
+    assert "unsafe" not in csp.split("script-src", 1)[1].split(";", 1)[0]
     assert not any(name.startswith("on") for name, _ in parser.attrs)
     assert not any((value or "").startswith("javascript:") for _, value in parser.attrs)
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html

@@ -1,0 +1,185 @@
+"""DCGM checks: ``dcgmi discovery -l`` GPU count, and ``dcgmi diag -r 1|2|3|4`` per-GPU per-test verdicts.
+
+DCGM not installed (``dcgmi`` exit 127) or nv-hostengine not running is ERROR with that reason, never FAIL and
+never PASS. The diag level is chosen by the check: ``dcgm.diag_r2`` reads collector ``dcgm_diag_r2`` and so on.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+import nvdeploy.collect_catalog  # noqa: F401  registers the collectors named below
+from nvdeploy.checks.gating import first_line, raw_gate
+from nvdeploy.checks.registry import NodeContext, register
+from nvdeploy.collect_catalog import DCGM_TIMEOUTS, dcgm_diag_collector
+from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
+
+DISCOVERY = "dcgm_discovery"
+NOT_INSTALLED = "DCGM is not installed (install datacenter-gpu-manager and enable nvidia-dcgm/nv-hostengine)"
+HOSTENGINE_DOWN = ("nv-hostengine is not running: dcgmi cannot reach it (systemctl enable --now nvidia-dcgm, or "
+                   "start nv-hostengine)")
+# The tests each level must run, by normalised name (DCGM 3.x display names and DCGM 4.x plugin names both map
+# here). A required test that was skipped, or is missing from the output, is ERROR: it was not proven to pass.
+REQUIRED_TESTS: dict[int, frozenset[str]] = {
+    1: frozenset(),
+    2: frozenset({"pcie", "memory"}),
+    3: frozenset({"pcie", "memory", "diagnostic", "targeted_stress", "targeted_power", "memory_bandwidth"}),
+    4: frozenset({"pcie", "memory", "diagnostic", "targeted_stress", "targeted_power", "memory_bandwidth",
+                  "memtest", "pulse_test"}),
+}
+_ALIASES = {"gpu_memory": "memory", "pcie_bandwidth": "pcie", "sm_stress": "targeted_stress", "pulse": "pulse_test",
+            "memory_test": "memtest", "diagnostics": "diagnostic"}
+# dcgmi's exit status when a test failed (a negative DCGM status as an unsigned byte).
+DIAG_FAILED_RC = 226
+
+
+def test_key(name: str) -> str:
+    """'GPU Memory' -> 'memory', 'Targeted Stress' -> 'targeted_stress', 'pcie' -> 'pcie'."""
+    key = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+    return _ALIASES.get(key, key)
+
+
+def _dcgm_gate(ctx: NodeContext, check_id: str, collector: str, tool: str) -> Optional[list[Finding]]:
+    gated = raw_gate(ctx, check_id, collector, tool, NOT_INSTALLED)
+    if gated:
+        return gated
+    result = ctx.results[collector]
+    text = result.text + "\n" + result.err_text
+    facts: Any = ctx.facts.get("dcgm_discovery") if collector == DISCOVERY else \
+        ctx.facts.get("dcgm_diag", {}).get(int(collector[-1]))
+    unreachable = result.rc not in (0, DIAG_FAILED_RC) and re.search(
+        r"unable to (?:establish a connection|connect to)|host ?engine", text, re.IGNORECASE)
+    if (facts is not None and facts.hostengine_unreachable) or unreachable:
+        return [ctx.finding(check_id, Verdict.ERROR, HOSTENGINE_DOWN, reason=ErrorReason.TOOL_MISSING,
+                            remediation=Remediation.REINSTALL, collector=collector)]
+    return None
+
+
+@register("dcgm.discovery", collectors=(DISCOVERY,))
+def dcgm_discovery(ctx: NodeContext) -> list[Finding]:
+    """Runs ``dcgmi discovery -l``: DCGM sees every GPU of the profile.
+
+    PASS: DCGM (nv-hostengine) sees the profile's ``gpu.count`` GPUs. FAIL (ISOLATE) when it sees fewer: a GPU
+    DCGM cannot see is not diagnosed or monitored. ERROR when DCGM is not installed or nv-hostengine is not
+    running (REINSTALL / start the service), or the output cannot be read.
+    """
+    gated = _dcgm_gate(ctx, "dcgm.discovery", DISCOVERY, "dcgmi discovery")
+    if gated:
+        return gated
+    facts = ctx.facts.get("dcgm_discovery")
+    result = ctx.results[DISCOVERY]
+    if facts is None or result.rc != 0 or (not facts.gpus and facts.gpus_found is None):
+        return [ctx.finding("dcgm.discovery", Verdict.ERROR,
+                            f"dcgmi discovery -l exited {result.rc}: {first_line(ctx, DISCOVERY) or 'no output'}",
+                            reason=ErrorReason.UNPARSEABLE, collector=DISCOVERY)]
+    seen = len(facts.gpus) if facts.gpus else int(facts.gpus_found or 0)
+    expected = ctx.profile.gpu.count
+    switches = len(facts.nvswitches) or int(facts.nvswitches_found or 0)
+    extra = f", {switches} NVSwitches" if switches else ""
+    if seen < expected:
+        return [ctx.finding("dcgm.discovery", Verdict.FAIL, f"DCGM sees {seen} of {expected} GPUs{extra}",
+                            observed=seen, expected=expected, remediation=Remediation.ISOLATE, collector=DISCOVERY)]
+    return [ctx.finding("dcgm.discovery", Verdict.PASS, f"DCGM sees {seen} GPUs{extra}", observed=seen,
+                        expected=expected, collector=DISCOVERY)]
+
+
+def _remediation(category: Optional[str], key: str) -> Remediation:
+    if (category or "").lower() == "deployment" or key == "software":
+        return Remediation.INVESTIGATE  # the message says what to fix (persistence, driver, permissions...)
+    return Remediation.ISOLATE
+
+
+def evaluate_diag(ctx: NodeContext, level: int) -> list[Finding]:
+    check_id = f"dcgm.diag_r{level}"
+    collector = dcgm_diag_collector(level)
+    gated = _dcgm_gate(ctx, check_id, collector, f"dcgmi diag -r {level}")
+    if gated:
+        return gated
+    result = ctx.results[collector]
+    facts = ctx.facts.get("dcgm_diag", {}).get(level)
+    if facts is None or (not facts.tests and not facts.runtime_error):
+        return [ctx.finding(check_id, Verdict.ERROR,
+                            f"dcgmi diag -r {level} exited {result.rc} with no test result: "
+                            f"{first_line(ctx, collector) or 'no output'}",
+                            reason=ErrorReason.INCOMPLETE if result.text.strip() else ErrorReason.UNPARSEABLE,
+                            collector=collector)]
+    if not facts.tests:
+        return [ctx.finding(check_id, Verdict.ERROR, f"dcgmi diag -r {level} did not run: {facts.runtime_error}",
+                            reason=ErrorReason.NOT_RUN, remediation=Remediation.INVESTIGATE, collector=collector)]
+    findings: list[Finding] = []
+    required = set(REQUIRED_TESTS.get(level, frozenset()))
+    seen: dict[str, str] = {}
+    for test in facts.tests:
+        key = test_key(test.name)
+        verdicts = [r.verdict for r in test.results] or ([test.verdict] if test.verdict else [])
+        seen[test.name] = test.verdict or "?"
+        if key in required and any(v == "PASS" for v in verdicts):
+            required.discard(key)
+        for res in test.results:
+            where = f"GPU{res.gpu}: " if res.gpu is not None else ""
+            message = "; ".join(res.messages or test.messages)[:400]
+            detail = f": {message}" if message else ""
+            if res.verdict == "FAIL":
+                findings.append(ctx.finding(check_id, Verdict.FAIL, f"{where}{test.name} failed{detail}",
+                                            observed="Fail", expected="Pass", gpu=res.gpu,
+                                            remediation=_remediation(test.category, key), collector=collector))
+            elif res.verdict == "WARN":
+                findings.append(ctx.finding(check_id, Verdict.WARN, f"{where}{test.name} warned{detail}",
+                                            observed="Warn", expected="Pass", gpu=res.gpu,
+                                            remediation=Remediation.MONITOR, collector=collector))
+            elif res.verdict == "SKIP" and key in REQUIRED_TESTS.get(level, ()):
+                findings.append(ctx.finding(check_id, Verdict.ERROR,
+                                            f"{where}required test {test.name} was skipped{detail}",
+                                            observed="Skip", expected="Pass", gpu=res.gpu,
+                                            reason=ErrorReason.NOT_RUN, collector=collector))
+            elif res.verdict not in ("PASS", "SKIP", "FAIL", "WARN"):
+                findings.append(ctx.finding(check_id, Verdict.ERROR,
+                                            f"{where}{test.name}: verdict {res.verdict!r} not understood",
+                                            reason=ErrorReason.UNPARSEABLE, gpu=res.gpu, collector=collector))
+    skipped = {test_key(t.name) for t in facts.tests}
+    for key in sorted(required - skipped):
+        findings.append(ctx.finding(check_id, Verdict.ERROR, f"required test {key} is missing from the results",
+                                    observed="missing", expected="Pass", reason=ErrorReason.NOT_RUN,
+                                    collector=collector))
+    if not facts.complete:
+        findings.append(ctx.finding(check_id, Verdict.ERROR,
+                                    f"dcgmi diag -r {level} output is cut off (incomplete JSON): results not trusted",
+                                    reason=ErrorReason.INCOMPLETE, collector=collector))
+    failed = any(f.verdict is Verdict.FAIL for f in findings)
+    if result.rc not in (0, DIAG_FAILED_RC) and not failed:
+        findings.append(ctx.finding(check_id, Verdict.ERROR, f"dcgmi diag -r {level} exited {result.rc}",
+                                    reason=ErrorReason.UNPARSEABLE, collector=collector))
+    elif result.rc == DIAG_FAILED_RC and not failed:
+        findings.append(ctx.finding(check_id, Verdict.ERROR,
+                                    f"dcgmi diag -r {level} reported a failure (exit {DIAG_FAILED_RC}) that its "
+                                    "output does not show", reason=ErrorReason.UNPARSEABLE, collector=collector))
+    if findings:
+        return findings
+    version = f", DCGM {facts.dcgm_version}" if facts.dcgm_version else ""
+    return [ctx.finding(check_id, Verdict.PASS,
+                        f"dcgmi diag -r {level}: {len(facts.tests)} tests passed or not applicable{version}",
+                        observed=seen, expected="Pass", collector=collector)]
+
+
+def _make(level: int) -> None:
+    timeout = DCGM_TIMEOUTS[level]
+
+    def check(ctx: NodeContext) -> list[Finding]:
+        return evaluate_diag(ctx, level)
+
+    check.__doc__ = f"""Runs ``dcgmi diag -r {level} -j`` (hard timeout {timeout:g} s; host var ``dcgm_timeout``).
+
+    PASS: every test passed (or was skipped where not required). Per GPU and test: a Fail is FAIL (ISOLATE;
+    INVESTIGATE for deployment/software tests, whose message says what to fix), a Warn is WARN (MONITOR).
+    ERROR: a required test ({', '.join(sorted(REQUIRED_TESTS[level])) or 'none at this level'}) skipped or missing,
+    output cut off (incomplete JSON), the diag hung past its timeout, DCGM not installed or nv-hostengine not
+    running, or an exit status the output does not explain (226 means a test failed). Reads the JSON of DCGM
+    3.x (``DCGM GPU Diagnostic``, ``gpu_id``) and 4.x (``DCGM Diagnostic``, ``entity_id``), text as fallback.
+    """
+    check.__name__ = f"dcgm_diag_r{level}"
+    register(f"dcgm.diag_r{level}", collectors=(dcgm_diag_collector(level),))(check)
+
+
+for _level in sorted(DCGM_TIMEOUTS):
+    _make(_level)

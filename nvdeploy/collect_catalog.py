@@ -1,0 +1,97 @@
+"""The collectors of the check catalog beyond nvidia-smi/lspci/dmesg: NVLink, topology, fabric manager, InfiniBand,
+kernel modules, software versions, DCGM and nccl-tests.
+
+Light collectors answer in seconds and go in the node's one batched round trip. Heavy ones (``dcgmi diag``,
+``all_reduce_perf``) run afterwards, one round trip each, under their own hard timeout:
+
+- ``dcgm_diag_r1`` .. ``dcgm_diag_r4``: ``dcgmi diag -r N -j``, timeouts 120 s, 1200 s, 3600 s, 10800 s; the host
+  var ``dcgm_timeout`` (seconds) overrides them. The level picks the diag level by picking the check that reads
+  the collector (``dcgm.diag_r2`` at standard, ``dcgm.diag_r3`` at full).
+- ``nccl_all_reduce``: ``env NCCL_DEBUG=VERSION [NCCL_TESTS_MIN_BW=<floor>] [nccl_env...] <nccl_tests_dir>/
+  all_reduce_perf -b 1G -e 8G -f 2 -g <GPU count> -c 1``, timeout 900 s (host var ``nccl_timeout``).
+  ``NCCL_TESTS_MIN_BW`` is the profile's busbw floor, so all_reduce_perf's own exit status fails when the
+  average bus bandwidth falls below 90% of the floor (nccl-tests' rule) and agrees with the verdict.
+
+Importing this module registers them (the check modules import it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from nvdeploy.collect import COLLECTORS, Collector, register_collector
+
+DCGM_TIMEOUTS = {1: 120.0, 2: 1200.0, 3: 3600.0, 4: 10800.0}
+NCCL_TIMEOUT_S = 900.0
+NCCL_SIZES = ("-b", "1G", "-e", "8G", "-f", "2")
+DEFAULT_GPU_COUNT = 8
+
+
+def _register(collector: Collector) -> Collector:
+    # Idempotent for re-imports (tests that reload modules); a different collector of the same name is a bug.
+    existing = COLLECTORS.get(collector.name)
+    if existing is not None:
+        return existing
+    return register_collector(collector)
+
+
+def dcgm_diag_collector(level: int) -> str:
+    return f"dcgm_diag_r{level}"
+
+
+def nccl_env_assignments(host_vars: Mapping[str, Any], profile: Any) -> list[str]:
+    """``NAME=value`` words for ``env``: NCCL_DEBUG=VERSION (prints the NCCL version), the floor as
+    NCCL_TESTS_MIN_BW when the profile states one, then the host's ``nccl_env`` (which wins)."""
+    from nvdeploy.checks.nccl import expectation
+
+    env: dict[str, str] = {"NCCL_DEBUG": "VERSION"}
+    floor = expectation(profile).floor_gbps if profile is not None else None
+    if floor is not None:
+        env["NCCL_TESTS_MIN_BW"] = f"{floor:g}"
+    for key, value in dict(host_vars.get("nccl_env") or {}).items():
+        env[str(key)] = str(value)
+    return [f"{key}={value}" for key, value in env.items()]
+
+
+def nccl_binary(host_vars: Mapping[str, Any], name: str = "all_reduce_perf") -> str:
+    folder = host_vars.get("nccl_tests_dir")
+    return f"{str(folder).rstrip('/')}/{name}" if folder else name
+
+
+def build_nccl_all_reduce(host_vars: Mapping[str, Any], profile: Any) -> tuple[str, ...]:
+    count = profile.gpu.count if profile is not None else DEFAULT_GPU_COUNT
+    return ("env", *nccl_env_assignments(host_vars, profile), nccl_binary(host_vars), *NCCL_SIZES,
+            "-g", str(count), "-c", "1")
+
+
+NVLINK = _register(Collector(
+    "nvidia_smi_nvlink", ("nvidia-smi", "nvlink", "-s"), 30.0,
+    description="NVLink state and speed of every link of every GPU"))
+TOPO = _register(Collector(
+    "nvidia_smi_topo", ("nvidia-smi", "topo", "-m"), 30.0,
+    description="the GPU/NIC connection matrix (NV# = bonded NVLinks)"))
+FABRICMANAGER = _register(Collector(
+    "fabricmanager", ("systemctl", "is-active", "nvidia-fabricmanager"), 20.0,
+    description="whether nvidia-fabricmanager runs (NVSwitch systems)"))
+FABRICMANAGER_VERSION = _register(Collector(
+    "fabricmanager_version", ("nv-fabricmanager", "--version"), 20.0,
+    description="the fabric manager's version (must equal the driver's)"))
+LSMOD = _register(Collector(
+    "lsmod", ("lsmod",), 20.0, description="loaded kernel modules (nvidia_peermem for GPUDirect RDMA)"))
+IBSTAT = _register(Collector(
+    "ibstat", ("ibstat",), 30.0, description="InfiniBand HCAs and port state, rate and link layer"))
+OFED = _register(Collector(
+    "ofed_info", ("ofed_info", "-s"), 20.0, description="the MLNX/DOCA OFED version"))
+DCGM_VERSION = _register(Collector(
+    "dcgm_version", ("dcgmi", "--version"), 30.0, description="the DCGM version"))
+DCGM_DISCOVERY = _register(Collector(
+    "dcgm_discovery", ("dcgmi", "discovery", "-l"), 60.0,
+    description="GPUs and NVSwitches as DCGM (nv-hostengine) sees them"))
+DCGM_DIAG = {level: _register(Collector(
+    dcgm_diag_collector(level), ("dcgmi", "diag", "-r", str(level), "-j"), timeout, heavy=True,
+    description=f"DCGM diagnostic level {level} (JSON)", timeout_var="dcgm_timeout"))
+    for level, timeout in DCGM_TIMEOUTS.items()}
+NCCL_ALL_REDUCE = _register(Collector(
+    "nccl_all_reduce", ("all_reduce_perf", *NCCL_SIZES, "-g", str(DEFAULT_GPU_COUNT), "-c", "1"), NCCL_TIMEOUT_S,
+    heavy=True, description="nccl-tests all_reduce_perf across every GPU of the node, 1-8 GiB, validated",
+    timeout_var="nccl_timeout", build=build_nccl_all_reduce))

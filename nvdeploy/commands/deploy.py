@@ -1,0 +1,227 @@
+"""``nvdeploy install``, ``nvdeploy optimize``, ``nvdeploy run`` and ``nvdeploy actions``: thin wrappers over
+nvdeploy.phases.{install,optimize,run}.
+
+Exit codes as for validate: 0 every node done (READY), 1 a step failed or a check FAILed (NOT_READY), 2 bad input
+(inventory, playbook, template, option: before any connection), 3 INCOMPLETE (unreachable, sudo, not run),
+130/143 interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import click
+
+from nvdeploy.results import NodeResult, Verdict
+
+
+def _common(function: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("-i", "--inventory", required=True, help="Inventory YAML file (or a built-in name)."),
+        click.option("--playbook", default=None, help="Playbook file (default: the built-in one of this phase)."),
+        click.option("--limit", default=None, help="Only these hosts: names, globs, ranges, groups, !exclude."),
+        click.option("--dry-run", is_flag=True,
+                     help="Probe only: print per node every change and command that would run; change nothing."),
+        click.option("--serial", default=None,
+                     help="Rolling batches: N nodes or N%% of them at a time (default: all at once)."),
+        click.option("--max-fail-percent", type=click.FloatRange(0, 100), default=None,
+                     help="Stop the rollout after a batch in which more than this %% of nodes failed; the rest are "
+                     "NOT_RUN."),
+        click.option("--tags", default="", help="Only the steps with one of these tags (comma-separated)."),
+        click.option("--skip-tags", default="", help="Skip the steps with any of these tags."),
+        click.option("--allow-reboot", is_flag=True, help="Let install reboot nodes that need it to load a driver."),
+        click.option("--forks", default=64, show_default=True, type=click.IntRange(1, 1024),
+                     help="Nodes worked on at once within a batch."),
+        click.option("--deadline", type=click.FloatRange(min=1), default=None,
+                     help="Global deadline in seconds: no step starts after it."),
+        click.option("--out", "out_base", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
+                     show_default=True, help="Base folder; the run goes to OUT/<cluster>/<run-id>/."),
+        click.option("--connect-timeout", type=click.FloatRange(min=0.5), default=10.0, show_default=True),
+        click.option("--accept-new-host-keys", is_flag=True,
+                     help="Learn unknown SSH host keys; a changed key is refused."),
+        click.option("--ask-sudo-pass", is_flag=True, help="Prompt for the sudo password (or set "
+                     "NVDEPLOY_SUDO_PASSWORD)."),
+        click.option("-v", "--verbose", is_flag=True, help="Print every step of every node and the commands run."),
+        click.option("-q", "--quiet", is_flag=True, help="Print only the verdict and the report path."),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(t.strip() for t in text.split(",") if t.strip())
+
+
+def _options(kw: dict[str, Any]) -> Any:
+    from nvdeploy.cli import SUDO_PASSWORD_ENV, _fail
+    from nvdeploy.engine import EngineOptions
+    from nvdeploy.phases.rollout import PhaseOptions, parse_serial
+    from nvdeploy.yamlfile import ConfigError
+
+    try:
+        serial = parse_serial(kw["serial"])
+    except ConfigError as exc:
+        raise _fail(exc.render()) from None
+    password = os.environ.get(SUDO_PASSWORD_ENV) or None
+    if kw["ask_sudo_pass"]:
+        password = click.prompt("sudo password", hide_input=True, err=True)
+    engine = EngineOptions(forks=kw["forks"], deadline_s=kw["deadline"], connect_timeout_s=kw["connect_timeout"],
+                           accept_new_host_keys=kw["accept_new_host_keys"], sudo_password=password)
+    return PhaseOptions(engine=engine, serial=serial, max_fail_percent=kw["max_fail_percent"],
+                        dry_run=kw["dry_run"], allow_reboot=kw["allow_reboot"], tags=_words(kw["tags"]),
+                        skip_tags=_words(kw["skip_tags"]))
+
+
+def _execute(phase: str, kw: dict[str, Any], call: Callable[..., Any]) -> None:
+    from nvdeploy import __version__
+    from nvdeploy.cli import _fail, _install_sigterm, _load
+    from nvdeploy.engine import Interrupted
+    from nvdeploy.phases.rollout import plan_lines
+    from nvdeploy.record import OutputError
+    from nvdeploy.yamlfile import ConfigError
+
+    inv, catalog = _load(kw["inventory"], kw["limit"])
+    options = _options(kw)
+    quiet = kw["quiet"]
+    if not quiet:
+        mode = " (dry-run: nothing will be changed)" if options.dry_run else ""
+        batches = f", batches of {options.serial}" if options.serial else ""
+        click.echo(f"nvdeploy {__version__}: {phase} on {len(inv.hosts)} node(s) of {inv.cluster}{mode}{batches}",
+                   err=True)
+    _install_sigterm()
+
+    def announce(name: str) -> None:
+        if not quiet:
+            click.echo(f"== {name}", err=True)
+
+    try:
+        outcome = call(inv, catalog, options, announce)
+    except ConfigError as exc:
+        raise _fail(exc.render()) from None
+    except (OutputError, FileNotFoundError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    except Interrupted as exc:
+        raise click.exceptions.Exit(exc.exit_code) from None
+    if not quiet:
+        for result in outcome.phases:
+            click.echo(f"-- {result.phase}{' (dry-run)' if result.dry_run else ''}")
+            for line in plan_lines(result, verbose=kw["verbose"]):
+                click.echo(line)
+        for entry in outcome.run.phases:
+            click.echo(f"{entry.get('summary', entry.get('phase'))}")
+            comparison = entry.get("comparison")
+            if comparison:
+                click.echo(f"  before/after: {comparison['summary']}")
+                for row in comparison["rows"][:40]:
+                    gpu = f" GPU{row['gpu']}" if row["gpu"] is not None else ""
+                    click.echo(f"    {row['node']} {row['check']}{gpu}: {row['before']['verdict']} "
+                               f"{row['before']['observed'] or ''} -> {row['after']['verdict']} "
+                               f"{row['after']['observed'] or ''}")
+        bad = _bad_nodes(list(outcome.run.nodes))
+        for line in bad:
+            click.echo(line)
+    if options.dry_run:
+        pending = sum(r.counts()["would_change"] for r in outcome.phases)
+        click.echo(f"DRY-RUN ({outcome.run.verdict.value}): {pending} step(s) would change nodes; nothing was "
+                   f"changed. {outcome.run.summary()}")
+    else:
+        click.echo(f"{outcome.run.verdict.value}: {outcome.run.summary()}")
+    click.echo(f"report: {outcome.reports['html']}")
+    raise click.exceptions.Exit(outcome.exit_code)
+
+
+def _bad_nodes(nodes: list[NodeResult]) -> list[str]:
+    from nvdeploy.cli import _summary_lines
+
+    return [line for line in _summary_lines(nodes) if not line.startswith(("PASS", "SKIP"))]
+
+
+@click.command("install")
+@_common
+def install_command(**kw: Any) -> None:
+    """Install the NVIDIA stack (playbooks/install.yaml) on every node of INVENTORY, idempotently.
+
+    Driver branch (+ fabric manager on NVSwitch SKUs), CUDA toolkit, DCGM, container toolkit, nccl-tests,
+    nvidia-persistenced, nvidia_peermem where InfiniBand is present. A second run changes nothing.
+    """
+    from nvdeploy.phases.install import run_install
+    from nvdeploy.playbook import resolve_playbook
+
+    _execute("install", kw, lambda inv, catalog, options, say: run_install(
+        inv, catalog, options, kw["out_base"], resolve_playbook(kw["playbook"], "install")))
+
+
+@click.command("optimize")
+@_common
+def optimize_command(**kw: Any) -> None:
+    """Tune every node (playbooks/optimize.yaml) and validate before and after.
+
+    Persistence, compute mode, power limit, application clocks, MIG mode, CPU governor: each change shown with
+    its value before and after, then the measured figures of the two validations side by side.
+    """
+    from nvdeploy.phases.optimize import run_optimize
+    from nvdeploy.playbook import resolve_playbook
+
+    _execute("optimize", kw, lambda inv, catalog, options, say: run_optimize(
+        inv, catalog, options, kw["out_base"], resolve_playbook(kw["playbook"], "optimize")))
+
+
+@click.command("run")
+@_common
+@click.option("--continue-on-fail", is_flag=True, help="Tune even when the validation after install is not READY.")
+def run_command(continue_on_fail: bool, **kw: Any) -> None:
+    """Install, validate, optimize (playbooks/run.yaml): bare nodes to validated, tuned nodes, one report.
+
+    Stops before optimize when the validation is not READY (unless --continue-on-fail).
+    """
+    from nvdeploy.phases.run import run_all
+    from nvdeploy.playbook import resolve_playbook
+
+    _execute("run", kw, lambda inv, catalog, options, say: run_all(
+        inv, catalog, options, kw["out_base"], resolve_playbook(kw["playbook"], "run"), continue_on_fail,
+        announce=say))
+
+
+@click.group("actions")
+def actions_group() -> None:
+    """The actions playbook steps can use."""
+
+
+@actions_group.command("list")
+def actions_list() -> None:
+    from nvdeploy.actions import ACTIONS
+
+    for action in ACTIONS.values():
+        first = (action.__doc__ or "").strip().splitlines()[0] if action.__doc__ else ""
+        click.echo(f"{action.name:20} {'changes' if action.mutates else 'reads  '}  {first}")
+
+
+@actions_group.command("show")
+@click.argument("name")
+def actions_show(name: str) -> None:
+    import inspect
+
+    from nvdeploy.actions import ACTIONS
+    from nvdeploy.cli import _fail
+
+    if name not in ACTIONS:
+        raise _fail(f"unknown action {name!r} (see 'nvdeploy actions list')")
+    action = ACTIONS[name]
+    click.echo(f"{action.name}  ({'changes the node' if action.mutates else 'read-only'})\n")
+    click.echo(inspect.cleandoc(action.__doc__ or ""))
+    click.echo("\nparameters:")
+    for param in action.params:
+        kind = param.kind if param.kind != "choice" else "|".join(param.choices)
+        default = "required" if param.required else f"default {param.default!r}"
+        click.echo(f"  {param.name:18} {kind:10} {default}{'  ' + param.doc if param.doc else ''}")
+
+
+def register(cli: click.Group) -> None:
+    for command in (install_command, optimize_command, run_command, actions_group):
+        cli.add_command(command)
+
+
+__all__ = ["register", "Optional", "Verdict"]

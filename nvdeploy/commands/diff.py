@@ -1,0 +1,68 @@
+"""``nvdeploy diff RUN_A RUN_B``: what changed between two runs, as text on the terminal.
+
+Exit 0 when nothing got worse, 1 when something did (a new FAIL/ERROR, a node that now fails, a measurement
+worse than the tolerance), 2 on bad input: usable as a gate after a maintenance window.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import click
+
+from nvdeploy.diff import compare_runs, render_diff_text
+from nvdeploy.history import DB_NAME, HistoryError, list_runs
+from nvdeploy.runs import RunLoadError, load_run
+
+
+def resolve_run(value: str, db: Optional[Path]) -> Path:
+    """A run folder, or a run id looked up in the history database."""
+    path = Path(value)
+    if path.exists():
+        return path
+    candidates = [db] if db is not None else [Path("reports") / DB_NAME]
+    for candidate in candidates:
+        if candidate is None or not candidate.is_file():
+            continue
+        try:
+            runs = list_runs(candidate)
+        except HistoryError:
+            continue
+        for run in runs:
+            if run["run_id"] == value:
+                return Path(run["run_dir"])
+    raise click.BadParameter(f"{value}: no such run folder (nor a run id in the history)", param_hint="RUN")
+
+
+@click.command("diff")
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--tolerance", "tolerance_pct", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="Percent a measured value may get worse (bandwidth lower, latency higher) before it is reported.")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="History database to resolve run ids in (default: reports/history.sqlite).")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+def diff_command(run_a: str, run_b: str, tolerance_pct: float, db: Optional[Path], as_json: bool) -> None:
+    """Compare RUN_B against the baseline RUN_A (run folders, or run ids from the history).
+
+    Shows new failures, fixed nodes, nodes added or gone, version drift (driver, CUDA, DCGM, NCCL, firmware)
+    and measurements that regressed beyond --tolerance. Exit 0 nothing got worse, 1 something did, 2 bad input.
+    """
+    try:
+        base = load_run(resolve_run(run_a, db))
+        new = load_run(resolve_run(run_b, db))
+    except RunLoadError as exc:
+        click.echo(f"nvdeploy: error: {exc}", err=True)
+        raise click.exceptions.Exit(2) from None
+    result = compare_runs(base, new, tolerance_pct)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2, default=str))
+    else:
+        click.echo(render_diff_text(result), nl=False)
+    raise click.exceptions.Exit(1 if result.worse else 0)
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(diff_command)

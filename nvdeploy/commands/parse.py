@@ -1,0 +1,191 @@
+"""``nvdeploy parse FORMAT FILE [--verdicts --profile NAME]``: day-2 triage of a pasted log.
+
+Prints the parsed facts as JSON on stdout. Exit 0 whatever the content shows (failures, or nothing readable: the
+JSON's ``warnings`` say so); exit 2 when FORMAT is unknown, the file cannot be read, or the options are wrong.
+Never a traceback: a parser bug becomes a warning.
+
+``--verdicts --profile NAME`` also runs the checks that read this kind of output (the same functions
+``nvdeploy validate`` runs, against the profile's thresholds) and prints their findings under ``"verdicts"``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+
+from nvdeploy.results import CommandResult, ExitCode, Finding, Verdict
+
+# FORMAT -> the collector whose output it is (what the checks read).
+COLLECTOR_OF = {
+    "nvidia-smi-xml": "nvidia_smi_xml",
+    "nvidia-smi-text": "nvidia_smi_xml",
+    "nvidia-smi-csv": "nvidia_smi_xml",
+    "nvidia-smi-topo": "nvidia_smi_topo",
+    "nvidia-smi-nvlink": "nvidia_smi_nvlink",
+    "dcgmi-diag": "dcgm_diag_r1",  # the level is read from the tests present
+    "dcgmi-discovery": "dcgm_discovery",
+    "nccl-tests": "nccl_all_reduce",
+    "ibstat": "ibstat",
+    "kmsg": "kmsg",
+}
+MAX_BYTES = 256 * 1024 * 1024
+
+
+def _fail(message: str) -> click.exceptions.Exit:
+    click.echo(f"nvdeploy: error: {message}", err=True)
+    return click.exceptions.Exit(ExitCode.USAGE)
+
+
+def _plain(facts: Any) -> dict[str, Any]:
+    if hasattr(facts, "to_dict"):
+        data = facts.to_dict()
+    elif is_dataclass(facts) and not isinstance(facts, type):
+        data = asdict(facts)
+    else:
+        data = {"value": facts}
+    data.setdefault("warnings", [])
+    data["warnings"] = list(data["warnings"] or [])
+    return data
+
+
+def _read(file: str) -> str:
+    try:
+        if file == "-":
+            raw = sys.stdin.buffer.read(MAX_BYTES + 1)
+        else:
+            path = Path(file)
+            if path.is_dir():
+                raise _fail(f"{file}: is a directory")
+            with path.open("rb") as handle:
+                raw = handle.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise _fail(f"cannot read {file}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_BYTES:
+        raise _fail(f"{file}: larger than {MAX_BYTES // (1024 * 1024)} MiB")
+    return raw.decode("utf-8", errors="replace")
+
+
+def dcgm_level(facts: Any) -> int:
+    """The ``dcgmi diag -r`` level a result comes from, judged by the tests it holds."""
+    from nvdeploy.checks.dcgm import REQUIRED_TESTS, test_key
+
+    keys = {test_key(t.name) for t in getattr(facts, "tests", ())}
+    for level in (4, 3, 2):
+        if keys & (REQUIRED_TESTS[level] - REQUIRED_TESTS[level - 1]):
+            return level
+    return 1
+
+
+def evaluate(fmt: str, text: str, parsed: Any, profile: Any, label: str) -> list[Finding]:
+    """Run the checks that read ``fmt``'s collector over one captured output (pure, like validate's evaluate)."""
+    from nvdeploy.checks import CHECKS, NodeContext
+    from nvdeploy.checks.smi_status import SmiStatus
+    from nvdeploy.parse_facts import node_facts
+
+    collector = COLLECTOR_OF[fmt]
+    if fmt == "dcgmi-diag":
+        collector = f"dcgm_diag_r{dcgm_level(parsed)}"
+    result = CommandResult(name=collector, command=f"(captured) {label}", rc=0, stdout=text.encode("utf-8"))
+    results = {collector: result}
+    facts = node_facts(results)
+    if fmt in ("nvidia-smi-text", "nvidia-smi-csv"):
+        usable = bool(getattr(parsed, "gpus", ()))
+        facts["smi"] = parsed if usable else None
+        facts["smi_status"] = SmiStatus(None) if usable else SmiStatus(
+            Verdict.ERROR, "no GPU could be read from the capture", None)
+    ctx = NodeContext(label, {}, profile, results, facts, {collector: label})
+    findings: list[Finding] = []
+    if fmt == "nccl-tests":
+        return _nccl(ctx, parsed, profile)
+    for check in CHECKS.values():
+        if not check.collectors or any(c != collector for c in check.collectors):
+            continue
+        try:
+            findings.extend(check(ctx))
+        except Exception as exc:  # noqa: BLE001 - a check bug is an ERROR finding, never a traceback
+            findings.append(Finding(check.id, Verdict.ERROR, f"check crashed: {type(exc).__name__}: {exc}",
+                                    node=label))
+    return findings
+
+
+def _nccl(ctx: Any, parsed: Any, profile: Any) -> list[Finding]:
+    """nccl-tests: the all_reduce floor applies to all_reduce only; a multi-node log is not held to one node's
+    rank count."""
+    from nvdeploy.checks.nccl import NcclExpectation, assess, expectation
+
+    collective = (parsed.collective or "").replace("_perf", "")
+    exp = expectation(profile) if collective in ("all_reduce", "") else NcclExpectation()
+    count = profile.gpu.count
+    ranks = count if parsed.nranks is None or parsed.nranks <= count else None
+    label = f"{collective}_perf" if collective else "nccl-tests"
+    found = assess(parsed, ctx.results["nccl_all_reduce"], ranks=ranks, exp=exp, label=label)
+    return [ctx.finding("nccl.all_reduce" if collective in ("all_reduce", "") else f"nccl.{collective}", a.verdict,
+                        a.summary, observed=a.observed, expected=a.expected, unit=a.unit, reason=a.reason,
+                        remediation=a.remediation, collector="nccl_all_reduce") for a in found]
+
+
+@click.command("parse")
+@click.argument("fmt", metavar="FORMAT")
+@click.argument("file", metavar="FILE")
+@click.option("--verdicts", is_flag=True, help="Also run the matching checks and print their findings.")
+@click.option("--profile", "profile_name", default=None, help="The profile to judge against (with --verdicts).")
+def parse_command(fmt: str, file: str, verdicts: bool, profile_name: Optional[str]) -> None:
+    """Parse FILE (a captured tool output; '-' for stdin) as FORMAT and print the facts as JSON.
+
+    FORMAT: nvidia-smi-xml, nvidia-smi-text, nvidia-smi-csv, nvidia-smi-topo, nvidia-smi-nvlink, dcgmi-diag,
+    dcgmi-discovery, nccl-tests, ibstat, kmsg, or auto (detected from the content). Exit 0 even when the content
+    shows failures; 2 when FORMAT is unknown or FILE unreadable.
+    """
+    from nvdeploy.parsers.detect import FORMATS, detect_format
+
+    if fmt != "auto" and fmt not in FORMATS:
+        raise _fail(f"unknown FORMAT {fmt!r} (known: {', '.join(FORMATS)}, auto)")
+    profile = None
+    if verdicts:
+        if not profile_name:
+            raise _fail("--verdicts needs --profile NAME (see checks/profiles/)")
+        from nvdeploy.profiles import ProfileCatalog
+        from nvdeploy.yamlfile import ConfigError
+
+        catalog = ProfileCatalog()
+        try:
+            profile = catalog.get(profile_name)
+        except KeyError:
+            raise _fail(f"unknown profile {profile_name!r} (known: {', '.join(catalog.names())})") from None
+        except ConfigError as exc:
+            raise _fail(exc.render()) from None
+    elif profile_name:
+        raise _fail("--profile is only used with --verdicts")
+    text = _read(file)
+    name = detect_format(text) if fmt == "auto" else fmt
+    out: dict[str, Any] = {"input_format": name, "file": file}
+    if name is None:
+        out["warnings"] = ["the content matches no known format (" + ", ".join(FORMATS) + ")"]
+        click.echo(json.dumps(out, indent=2, default=str))
+        return
+    try:
+        parsed = FORMATS[name](text)
+        out.update(_plain(parsed))
+    except Exception as exc:  # noqa: BLE001 - parsers never raise; if one does, say so instead of a traceback
+        parsed = None
+        out["warnings"] = [f"parser error ({type(exc).__name__}: {exc}); please report it with the input"]
+    if verdicts and profile is not None:
+        if parsed is None:
+            findings: list[Finding] = []
+        else:
+            label = re.sub(r"[^\w.@:-]", "_", Path(file).name if file != "-" else "stdin")
+            findings = evaluate(name, text, parsed, profile, label)
+        worst = Verdict.worst((f.verdict for f in findings), default=Verdict.ERROR)
+        out["verdicts"] = {"profile": profile.stamp, "verdict": worst.value,
+                           "findings": [f.to_dict() for f in findings]}
+    click.echo(json.dumps(out, indent=2, default=str))
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(parse_command)

@@ -1,0 +1,249 @@
+"""The run history: one SQLite file beside the reports (``<out>/history.sqlite``), no server.
+
+Every run is recorded in it (:func:`record_run`), so an operator can ask how a node or a check fared over the
+last quarters (``nvdeploy history --node gpu007``, ``--check memory.ecc_errors``). The database is an index, never
+the only copy: the run folders are the source of truth, and :func:`rebuild_history` recreates the database from
+them, so deleting or losing it never loses a run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Optional, Union
+
+from nvdeploy.results import RunResult, Verdict
+from nvdeploy.runs import RunLoadError, find_run_dirs, load_run
+
+DB_NAME = "history.sqlite"
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, cluster TEXT NOT NULL, phase TEXT NOT NULL, level TEXT NOT NULL,
+    verdict TEXT NOT NULL, summary TEXT NOT NULL, started_at TEXT NOT NULL, finished_at TEXT NOT NULL,
+    duration_s REAL NOT NULL, nodes INTEGER NOT NULL, fail INTEGER NOT NULL, error INTEGER NOT NULL,
+    warn INTEGER NOT NULL, pass INTEGER NOT NULL, skip INTEGER NOT NULL, interrupted INTEGER NOT NULL,
+    profiles TEXT NOT NULL, nvdeploy_version TEXT NOT NULL, user TEXT NOT NULL, run_dir TEXT NOT NULL,
+    recorded_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS nodes (
+    run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE, node TEXT NOT NULL, verdict TEXT NOT NULL,
+    profile TEXT NOT NULL, driver_version TEXT, cuda_version TEXT, versions TEXT NOT NULL,
+    PRIMARY KEY (run_id, node));
+CREATE TABLE IF NOT EXISTS findings (
+    run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE, node TEXT NOT NULL, check_id TEXT NOT NULL,
+    verdict TEXT NOT NULL, gpu INTEGER, summary TEXT NOT NULL, observed TEXT, expected TEXT, unit TEXT NOT NULL,
+    remediation TEXT NOT NULL, reason TEXT, evidence TEXT);
+CREATE INDEX IF NOT EXISTS findings_node ON findings (node, check_id);
+CREATE INDEX IF NOT EXISTS findings_check ON findings (check_id, verdict);
+CREATE INDEX IF NOT EXISTS runs_started ON runs (started_at);
+"""
+
+
+class HistoryError(Exception):
+    """The history database cannot be opened, read or written; the message names the file."""
+
+
+def default_db_path(out_base: Union[str, Path]) -> Path:
+    """Where the history of runs written under ``out_base`` lives: ``<out_base>/history.sqlite``."""
+    return Path(out_base) / DB_NAME
+
+
+@contextlib.contextmanager
+def _connect(db_path: Path, create: bool = True) -> Iterator[sqlite3.Connection]:
+    if not create and not db_path.is_file():
+        raise HistoryError(f"{db_path}: no history database (run 'nvdeploy history rebuild' to create it "
+                           "from the run folders)")
+    try:
+        if create:
+            db_path.parent.mkdir(parents=True, exist_ok=True)
+            if not db_path.exists():
+                os.close(os.open(db_path, os.O_WRONLY | os.O_CREAT, 0o600))
+        conn = sqlite3.connect(str(db_path), timeout=30.0)
+    except (OSError, sqlite3.Error) as exc:
+        raise HistoryError(f"{db_path}: cannot open the history database: {exc}") from None
+    try:
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.executescript(_SCHEMA)
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        yield conn
+        conn.commit()
+    except sqlite3.DatabaseError as exc:
+        conn.rollback()
+        raise HistoryError(f"{db_path}: history database error: {exc}") from None
+    finally:
+        conn.close()
+
+
+def _text(value: Any) -> Optional[str]:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _insert(conn: sqlite3.Connection, run: RunResult, run_dir: str) -> None:
+    from nvdeploy.diff import version_facts
+
+    counts = run.counts()
+    conn.execute("DELETE FROM runs WHERE run_id = ?", (run.run_id,))
+    conn.execute(
+        "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (run.run_id, run.cluster, run.phase, run.level, run.verdict.value, run.summary(), run.started_at,
+         run.finished_at, float(run.duration_s), len(run.nodes), counts["FAIL"], counts["ERROR"], counts["WARN"],
+         counts["PASS"], counts["SKIP"], int(run.interrupted), json.dumps(dict(run.profiles), sort_keys=True),
+         run.nvdeploy_version, run.user, run_dir, _now()))
+    conn.executemany(
+        "INSERT INTO nodes VALUES (?,?,?,?,?,?,?)",
+        [(run.run_id, n.name, n.verdict.value, n.profile, _text(n.facts.get("driver_version")),
+          _text(n.facts.get("cuda_version")), json.dumps(version_facts(n), sort_keys=True)) for n in run.nodes])
+    rows = []
+    for node_name, findings in [(n.name, n.findings) for n in run.nodes] + [("", run.cluster_findings)]:
+        for f in findings:
+            rows.append((run.run_id, node_name, f.check, f.verdict.value, f.gpu, f.summary, _text(f.observed),
+                         _text(f.expected), f.unit, f.remediation.value, f.reason.value if f.reason else None,
+                         f.evidence))
+    conn.executemany("INSERT INTO findings VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+
+
+def record_run(db_path: Union[str, Path], run: RunResult, run_dir: Union[str, Path]) -> None:
+    """Record (or re-record) one run in the history database, creating the database when it does not exist.
+
+    Idempotent: recording the same run id again replaces its rows. Call it after the run folder is complete.
+
+    Raises:
+        HistoryError: the database cannot be opened or written.
+    """
+    with _connect(Path(db_path)) as conn:
+        _insert(conn, run, str(Path(run_dir).resolve()))
+
+
+@dataclass(frozen=True)
+class RebuildOutcome:
+    recorded: tuple[str, ...]
+    skipped: tuple[str, ...]
+    kept_without_folder: tuple[str, ...]
+    pruned: tuple[str, ...]
+    moved_aside: Optional[str] = None
+
+
+def rebuild_history(db_path: Union[str, Path], out_base: Union[str, Path], prune: bool = False) -> RebuildOutcome:
+    """Re-record every run folder under ``out_base`` (``<out>/<cluster>/<run-id>/``) into ``db_path``.
+
+    Runs already in the database whose folder is gone are kept (``prune=True`` drops them). A database that
+    SQLite cannot read is moved aside (``history.sqlite.corrupt-<time>``) and a new one is built.
+    """
+    path = Path(db_path)
+    moved: Optional[str] = None
+    if path.is_file():
+        try:
+            with _connect(path) as conn:
+                conn.execute("SELECT count(*) FROM runs").fetchone()
+        except HistoryError:
+            aside = path.with_name(f"{path.name}.corrupt-{dt.datetime.now().strftime('%Y%m%dT%H%M%S')}")
+            os.replace(path, aside)
+            moved = str(aside)
+    recorded, skipped = [], []
+    with _connect(path) as conn:
+        for run_dir in find_run_dirs(out_base):
+            try:
+                run = load_run(run_dir)
+            except RunLoadError as exc:
+                skipped.append(str(exc))
+                continue
+            _insert(conn, run, str(run_dir.resolve()))
+            recorded.append(run.run_id)
+        kept, pruned = [], []
+        for row in conn.execute("SELECT run_id, run_dir FROM runs ORDER BY started_at").fetchall():
+            if row["run_id"] in recorded:
+                continue
+            if Path(row["run_dir"]).is_dir():
+                continue
+            if prune:
+                conn.execute("DELETE FROM runs WHERE run_id = ?", (row["run_id"],))
+                pruned.append(row["run_id"])
+            else:
+                kept.append(row["run_id"])
+    return RebuildOutcome(tuple(recorded), tuple(skipped), tuple(kept), tuple(pruned), moved)
+
+
+def list_runs(db_path: Union[str, Path], cluster: Optional[str] = None, since: Optional[str] = None,
+              limit: Optional[int] = None) -> list[dict[str, Any]]:
+    """Runs, oldest first (the newest ``limit`` of them when given)."""
+    where, args = _filters(cluster=cluster, since=since)
+    query = f"SELECT * FROM runs {where} ORDER BY started_at DESC, run_id DESC"  # noqa: S608 - fixed column names
+    if limit:
+        query += f" LIMIT {int(limit)}"
+    with _connect(Path(db_path), create=False) as conn:
+        rows = [dict(r) for r in conn.execute(query, args).fetchall()]
+    return rows[::-1]
+
+
+def _filters(prefix: str = "", **values: Optional[str]) -> tuple[str, list[str]]:
+    clauses, args = [], []
+    for column, value in values.items():
+        if value is None:
+            continue
+        if column == "since":
+            clauses.append(f"{prefix}started_at >= ?")
+        else:
+            clauses.append(f"{prefix}{column} = ?")
+        args.append(value)
+    return ("WHERE " + " AND ".join(clauses)) if clauses else "", args
+
+
+def node_record(db_path: Union[str, Path], node: str, check: Optional[str] = None, cluster: Optional[str] = None,
+                since: Optional[str] = None) -> list[dict[str, Any]]:
+    """One node over time: per run its verdict, versions and its findings (all of ``check``, else the
+    non-passing ones)."""
+    where, args = _filters("r.", cluster=cluster, since=since)
+    where = (where + " AND" if where else "WHERE") + " n.node = ?"
+    with _connect(Path(db_path), create=False) as conn:
+        runs = [dict(r) for r in conn.execute(
+            "SELECT r.run_id, r.cluster, r.started_at, r.level, r.verdict AS run_verdict, r.run_dir, "  # noqa: S608
+            f"n.verdict, n.driver_version, n.cuda_version, n.versions FROM runs r JOIN nodes n USING (run_id) {where} "
+            "ORDER BY r.started_at, r.run_id", [*args, node]).fetchall()]
+        for row in runs:
+            if check:
+                query = "SELECT * FROM findings WHERE run_id = ? AND node = ? AND check_id = ? ORDER BY gpu"
+                params: list[Any] = [row["run_id"], node, check]
+            else:
+                query = ("SELECT * FROM findings WHERE run_id = ? AND node = ? AND verdict NOT IN ('PASS', 'SKIP') "
+                         "ORDER BY check_id, gpu")
+                params = [row["run_id"], node]
+            row["findings"] = [dict(f) for f in conn.execute(query, params).fetchall()]
+    return runs
+
+
+def check_record(db_path: Union[str, Path], check: str, cluster: Optional[str] = None,
+                 since: Optional[str] = None) -> list[dict[str, Any]]:
+    """One check over time: per run the nodes by verdict (worst verdict of the check on each node)."""
+    where, args = _filters("r.", cluster=cluster, since=since)
+    where = (where + " AND" if where else "WHERE") + " f.check_id = ?"
+    severity = {v.value: v.severity for v in Verdict}
+    out: dict[str, dict[str, Any]] = {}
+    with _connect(Path(db_path), create=False) as conn:
+        rows = conn.execute(
+            "SELECT r.run_id, r.cluster, r.started_at, r.level, f.node, f.verdict FROM runs r "  # noqa: S608
+            f"JOIN findings f USING (run_id) {where} ORDER BY r.started_at, r.run_id", [*args, check]).fetchall()
+    worst: dict[tuple[str, str], str] = {}
+    for row in rows:
+        entry = out.setdefault(row["run_id"], {"run_id": row["run_id"], "cluster": row["cluster"],
+                                               "started_at": row["started_at"], "level": row["level"]})
+        key = (row["run_id"], row["node"])
+        if key not in worst or severity.get(row["verdict"], 0) > severity.get(worst[key], 0):
+            worst[key] = row["verdict"]
+        entry.setdefault("nodes", {})
+    for (run_id, node), verdict in worst.items():
+        out[run_id]["nodes"].setdefault(verdict, []).append(node or "(cluster)")
+    return list(out.values())

@@ -1,0 +1,81 @@
+"""Strict schema of the profile sections read by the catalog checks (``nvlink``, ``pcie``, ``nccl``, ``ib``,
+``throttle``, ``mig``): unknown keys, wrong types and unknown throttle reasons are a ConfigError with file, line
+and key. Called by :func:`nvdeploy.profiles.load_profile_file`.
+
+```yaml
+nvlink:   {links: 18, speed_gbps: 26.562}          # per GPU; absent: the SKU has no NVLink (checks SKIP)
+pcie:     {gen: 5, width: 16}                      # the GPU's own link
+nccl:     {all_reduce_busbw_gbps: 476, floor_pct: 95, source: "..."}   # single node, >= 1 GiB messages
+ib:       {hcas: 8, rate_gbps: 400}                # compute fabric HCAs; absent: no IB expected (SKIP)
+throttle: {fail: [hw_slowdown, ...], warn: [sw_thermal_slowdown]}      # active clock-event reasons
+mig:      {enabled: false}                         # the MIG mode every MIG-capable GPU must be in
+```
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from nvdeploy.yamlfile import ConfigError, line_of
+
+THROTTLE_REASONS = frozenset({
+    "gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "hw_thermal_slowdown",
+    "hw_power_brake_slowdown", "sync_boost", "sw_thermal_slowdown", "display_clocks_setting",
+})
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _pct(value: Any) -> bool:
+    return _number(value) and value <= 100
+
+
+def _reasons(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) and v in THROTTLE_REASONS for v in value)
+
+
+# section -> {key: (validator, description, required)}
+SECTIONS: dict[str, dict[str, tuple[Callable[[Any], bool], str, bool]]] = {
+    "nvlink": {"links": (_count, "an integer number of links per GPU", True),
+               "speed_gbps": (_number, "a positive number (GB/s per link, as nvidia-smi nvlink -s prints)", True)},
+    "pcie": {"gen": (_count, "an integer PCIe generation", True),
+             "width": (_count, "an integer link width", True)},
+    "nccl": {"all_reduce_busbw_gbps": (_number, "a positive number (GB/s)", True),
+             "floor_pct": (_pct, "a percentage (0-100] of all_reduce_busbw_gbps", True),
+             "source": (lambda v: isinstance(v, str), "a string", False)},
+    "ib": {"hcas": (_count, "an integer number of InfiniBand HCAs", True),
+           "rate_gbps": (_number, "a positive number (Gb/s per port, as ibstat's Rate)", True)},
+    "throttle": {"fail": (_reasons, "a list of clock-event reasons (" + ", ".join(sorted(THROTTLE_REASONS)) + ")",
+                          False),
+                 "warn": (_reasons, "a list of clock-event reasons (" + ", ".join(sorted(THROTTLE_REASONS)) + ")",
+                          False)},
+    "mig": {"enabled": (lambda v: isinstance(v, bool), "true or false", True)},
+}
+
+
+def check_sections(data: Any, file: str) -> None:
+    """Validate every catalog section present in a profile's top-level mapping."""
+    for section, schema in SECTIONS.items():
+        if section not in data:
+            continue
+        body = data[section]
+        if not isinstance(body, dict):
+            raise ConfigError(f"{section} must be a mapping", file, line_of(data, section), section)
+        for key in body:
+            if key not in schema:
+                raise ConfigError(f"unknown key in {section} (allowed: {', '.join(sorted(schema))})", file,
+                                  line_of(body, key), f"{section}.{key}")
+        for key, (valid, description, required) in schema.items():
+            if key not in body:
+                if required:
+                    raise ConfigError("missing required key", file, line_of(data, section), f"{section}.{key}")
+                continue
+            if not valid(body[key]):
+                raise ConfigError(f"must be {description}, got {body[key]!r}", file, line_of(body, key),
+                                  f"{section}.{key}")

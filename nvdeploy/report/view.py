@@ -1,0 +1,194 @@
+"""What the reports show, computed once from a RunResult: the folded matrix, the action list, the one-sentence why.
+
+Pure functions shared by the HTML report and the terminal text (:mod:`nvdeploy.report.text`).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections import Counter, OrderedDict
+from typing import Any, Optional
+
+from nvdeploy.diff import RunDiff
+from nvdeploy.hostrange import fold
+from nvdeploy.results import ClusterVerdict, Finding, NodeResult, RunResult, Verdict
+
+NEEDS_ACTION = (Verdict.FAIL, Verdict.ERROR, Verdict.WARN)
+# Most urgent first: take broken hardware out of service before anything else.
+ACTION_ORDER = ("ISOLATE", "REINSTALL", "REBOOT", "RESET_GPU", "TUNE", "INVESTIGATE", "MONITOR")
+ACTION_TEXT = {
+    "ISOLATE": "drain from the scheduler and keep out of production; open a hardware ticket (RMA if it repeats)",
+    "REINSTALL": "drain, reinstall the expected driver/software, reboot",
+    "REBOOT": "drain, then reboot",
+    "RESET_GPU": "drain, then reset the GPU (nvidia-smi -r -i N) or reboot",
+    "TUNE": "apply the expected setting (nvdeploy optimize), no downtime needed",
+    "INVESTIGATE": "investigate: the check could not decide",
+    "MONITOR": "keep in service and watch for repeats",
+}
+CELL_TEXT = {"PASS": "PASS", "FAIL": "FAIL", "ERROR": "ERROR", "WARN": "WARN", "SKIP": "SKIP", "": "\u2013"}
+
+
+def check_ids(run: RunResult) -> list[str]:
+    """Every check that produced a finding, in first-seen order."""
+    ids: OrderedDict[str, None] = OrderedDict()
+    for node in run.nodes:
+        for finding in node.findings:
+            ids.setdefault(finding.check, None)
+    return list(ids)
+
+
+def worst_by_check(findings: tuple[Finding, ...]) -> dict[str, Verdict]:
+    worst: dict[str, Verdict] = {}
+    for finding in findings:
+        if finding.check not in worst or finding.verdict.severity > worst[finding.check].severity:
+            worst[finding.check] = finding.verdict
+    return worst
+
+
+def _new_cells(diff: Optional[RunDiff]) -> set[tuple[str, str]]:
+    if diff is None:
+        return set()
+    return {(c.node, c.check) for c in diff.new_failures + diff.new_warnings}
+
+
+def matrix(run: RunResult, diff: Optional[RunDiff] = None) -> tuple[list[str], list[dict[str, Any]]]:
+    """(check ids, rows): nodes with identical results folded into host ranges, worst rows first.
+
+    A row is ``{hosts, count, verdict, cells: [(verdict or "", new since baseline)], names, index, action}``.
+    """
+    checks = check_ids(run)
+    new = _new_cells(diff)
+    groups: OrderedDict[tuple[Any, ...], list[int]] = OrderedDict()
+    for index, node in enumerate(run.nodes):
+        worst = worst_by_check(node.findings)
+        cells = tuple((worst[c].value if c in worst else "", (node.name, c) in new) for c in checks)
+        groups.setdefault((node.verdict.value, cells), []).append(index)
+    rows = []
+    for (verdict, cells), indexes in groups.items():
+        names = [run.nodes[i].name for i in indexes]
+        rows.append({"hosts": fold(names), "count": len(names), "verdict": verdict, "cells": cells,
+                     "names": names, "indexes": indexes, "action": Verdict(verdict) in NEEDS_ACTION})
+    rows.sort(key=lambda r: (-Verdict(r["verdict"]).severity, -r["count"] if r["verdict"] in ("PASS", "SKIP") else 0,
+                             r["hosts"]))
+    return checks, rows
+
+
+def attention(run: RunResult) -> list[tuple[int, NodeResult]]:
+    """(index in run.nodes, node) of every node that needs action, worst first."""
+    found = [(i, n) for i, n in enumerate(run.nodes) if n.verdict in NEEDS_ACTION]
+    found.sort(key=lambda item: (-item[1].verdict.severity, item[1].name))
+    return found
+
+
+def _action_of(finding: Finding) -> Optional[str]:
+    if finding.verdict not in NEEDS_ACTION:
+        return None
+    if finding.remediation.value != "NONE":
+        return finding.remediation.value
+    return "INVESTIGATE" if finding.verdict in (Verdict.ERROR, Verdict.FAIL) else "MONITOR"
+
+
+def action_list(run: RunResult) -> list[dict[str, Any]]:
+    """What the on-call engineer does, to which nodes, most urgent first.
+
+    One step per action and set of checks: nodes that need the same action for the same checks are folded into
+    one host range (``ISOLATE gpu[003,457]: memory.ecc_errors``). A step is ``{action, what, verdict, hosts,
+    count, nodes, items: [{check, verdict, summary, example_node, reasons}]}``. A cluster-level finding is a
+    step of its own only when no node carries the same check.
+    """
+    per_action: dict[str, dict[str, dict[str, Finding]]] = {}
+    node_checks = set()
+    for node in run.nodes:
+        for finding in node.findings:
+            action = _action_of(finding)
+            if action is None:
+                continue
+            node_checks.add(finding.check)
+            checks = per_action.setdefault(action, {}).setdefault(node.name, {})
+            current = checks.get(finding.check)
+            if current is None or finding.verdict.severity > current.verdict.severity:
+                checks[finding.check] = finding
+    steps: list[dict[str, Any]] = []
+    for action, nodes in per_action.items():
+        groups: dict[tuple[str, ...], list[str]] = {}
+        for name, checks in nodes.items():
+            groups.setdefault(tuple(sorted(checks)), []).append(name)
+        for checks, names in groups.items():
+            items = []
+            for check in checks:
+                findings = [nodes[name][check] for name in names]
+                worst = max(findings, key=lambda f: f.verdict.severity)
+                reasons = Counter(f.reason.value for f in findings if f.reason is not None)
+                items.append({"check": check, "verdict": worst.verdict.value, "summary": worst.summary,
+                              "example_node": worst.node or names[0], "reasons": reasons})
+            items.sort(key=lambda i: (-Verdict(i["verdict"]).severity, i["check"]))
+            steps.append({"action": action, "what": ACTION_TEXT.get(action, action.lower()),
+                          "verdict": items[0]["verdict"], "hosts": fold(names), "count": len(names),
+                          "nodes": names, "items": items})
+    for finding in run.cluster_findings:
+        action = _action_of(finding)
+        if action is None or finding.check in node_checks:
+            continue
+        steps.append({"action": action, "what": ACTION_TEXT.get(action, action.lower()),
+                      "verdict": finding.verdict.value, "hosts": "(cluster)", "count": 0, "nodes": [],
+                      "items": [{"check": finding.check, "verdict": finding.verdict.value, "summary": finding.summary,
+                                 "example_node": "", "reasons": Counter()}]})
+    steps.sort(key=lambda s: (ACTION_ORDER.index(s["action"]) if s["action"] in ACTION_ORDER else 99,
+                              -Verdict(s["verdict"]).severity, -s["count"], s["hosts"]))
+    return steps
+
+
+def action_text(run: RunResult, steps: Optional[list[dict[str, Any]]] = None) -> str:
+    """The action list as plain text to paste into a ticket (no markup, numbered steps, one line per check)."""
+    steps = action_list(run) if steps is None else steps
+    head = (f"nvdeploy {run.phase} of {run.cluster} (run {run.run_id}, {run.started_at or 'time unknown'}): "
+            f"{run.verdict.value.replace('_', ' ')}. {run.summary()}")
+    if not steps:
+        return head + "\nNo action needed.\n"
+    lines = [head, ""]
+    acted: list[str] = []
+    for number, step in enumerate(steps, 1):
+        count = step["count"]
+        nodes = "cluster-wide" if not count else f"{step['hosts']} ({count} node{'' if count == 1 else 's'})"
+        lines.append(f"{number}. {step['action']} {nodes}: {step['what']}.")
+        for item in step["items"]:
+            example = f" (e.g. {item['example_node']})" if count > 1 else ""
+            reasons = ", ".join(f"{r} x{n}" for r, n in item["reasons"].most_common())
+            lines.append(f"   - {item['verdict']} {item['check']}{example}: {item['summary']}"
+                         + (f" [{reasons}]" if reasons else ""))
+        acted += [name for name in step["nodes"] if name not in acted]
+    if acted and run.inventory:
+        lines.append(f"{len(steps) + 1}. Re-validate: nvdeploy {run.phase} -i {shlex.quote(run.inventory)} "
+                     f"--level {shlex.quote(run.level)} --limit {shlex.quote(fold(acted))}")
+    return "\n".join(lines) + "\n"
+
+
+def why(run: RunResult) -> str:
+    """The verdict's reason in one sentence, naming the checks that decided it."""
+    base = run.summary().rstrip(".")
+    verdict = run.verdict
+    if verdict is ClusterVerdict.READY:
+        return base + "."
+    wanted = (Verdict.FAIL,) if verdict is ClusterVerdict.NOT_READY else (Verdict.ERROR,)
+    if run.fail_on_warn and verdict is ClusterVerdict.NOT_READY:
+        wanted = (Verdict.FAIL, Verdict.WARN)
+    per_check: Counter[str] = Counter()
+    reasons: Counter[str] = Counter()
+    for node in run.nodes:
+        for check, worst in worst_by_check(node.findings).items():
+            if worst in wanted:
+                per_check[check] += 1
+        for finding in node.findings:
+            if finding.verdict is Verdict.ERROR and finding.reason is not None:
+                reasons[finding.reason.value] += 1
+    cluster_checks = [f.check for f in run.cluster_findings if f.verdict in wanted and f.check not in per_check]
+    parts = [f"{check} on {count} node{'' if count == 1 else 's'}" for check, count in per_check.most_common(4)]
+    if len(per_check) > 4:
+        parts.append(f"{len(per_check) - 4} more check{'' if len(per_check) == 5 else 's'}")
+    parts += [f"{check} cluster-wide" for check in cluster_checks]
+    detail = ""
+    if parts:
+        detail = ("; failing: " if verdict is ClusterVerdict.NOT_READY else "; not determined: ") + ", ".join(parts)
+    if verdict is ClusterVerdict.INCOMPLETE and reasons:
+        detail += " (" + ", ".join(f"{r}: {n}" for r, n in reasons.most_common(3)) + ")"
+    return base + detail + "."

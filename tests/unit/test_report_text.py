@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from nvdeploy.report.text import summary_lines
+from nvdeploy.results import Finding, NodeResult, Remediation, RunResult, Verdict
+
+
+def _node(name: str, *bad: tuple[str, str]) -> NodeResult:
+    findings = [Finding("gpu.count", Verdict.PASS, "8 GPUs", node=name)]
+    findings += [Finding(check, Verdict.FAIL, summary, node=name, remediation=Remediation.ISOLATE)
+                 for check, summary in bad]
+    return NodeResult(name, tuple(findings))
+
+
+def test_one_line_per_group_of_nodes_folded_like_the_matrix():
+    nodes = [_node(f"gpu{i:03d}") for i in range(1, 9)]
+    nodes[2] = _node("gpu003", ("gpu.persistence", "persistence mode disabled on 8 of 8 GPUs"))
+    nodes[5] = _node("gpu006", ("gpu.persistence", "persistence mode disabled on 8 of 8 GPUs"))
+    nodes[6] = _node("gpu007", ("kmsg.xid", "Xid 79 " + "x" * 300))
+    run = RunResult("r", "c", "validate", tuple(nodes),
+                    cluster_findings=(Finding("driver.consistency", Verdict.FAIL, "2 driver versions"),))
+    lines = summary_lines(run)
+    assert lines[0] == "FAIL  gpu[003,006]  gpu.persistence: persistence mode disabled on 8 of 8 GPUs"
+    assert lines[1].startswith("FAIL  gpu007  kmsg.xid: Xid 79 xxx") and len(lines[1]) == 160
+    assert lines[2] == "PASS  gpu[001-002,004-005,008]"
+    assert lines[3] == "FAIL  cluster  driver.consistency: 2 driver versions"

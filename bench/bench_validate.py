@@ -75,12 +75,31 @@ def load() -> str:
         return "?"
 
 
+# Linux keeps the pre-exec memory high-water mark in a child's ru_maxrss: a child forked from this (large) script
+# would report at least this script's RSS. So children are started by a minimal interpreter that forks the
+# real command and reports that grandchild's own rusage (whose pre-exec image is the launcher's ~10 MiB).
+LAUNCHER = """
+import json, os, sys
+report, argv = sys.argv[1], sys.argv[2:]
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(argv[0], argv)
+    finally:
+        os._exit(127)
+_, status, ru = os.wait4(pid, 0)
+with open(report, "w") as handle:
+    json.dump({"rc": os.waitstatus_to_exitcode(status), "maxrss_kib": ru.ru_maxrss,
+               "cpu": ru.ru_utime + ru.ru_stime}, handle)
+"""
+
+
 def run_child(argv: list[str], timeout_s: float, env: Optional[dict[str, str]] = None) -> dict[str, Any]:
-    """Run ``argv`` in its own process group; return rc, wall, peak RSS (KiB) and CPU of that child alone."""
-    with tempfile.TemporaryFile() as log:
+    """Run ``argv`` in its own process group; return rc, wall, peak RSS (KiB) and CPU of that command alone."""
+    with tempfile.TemporaryFile() as log, tempfile.NamedTemporaryFile(suffix=".json") as report:
         started = time.perf_counter()
         proc = subprocess.Popen(
-            argv,
+            [sys.executable, "-I", "-S", "-c", LAUNCHER, report.name, *argv],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -100,21 +119,17 @@ def run_child(argv: list[str], timeout_s: float, env: Optional[dict[str, str]] =
         timer = threading.Timer(timeout_s, kill)
         timer.start()
         try:
-            _, status, usage = os.wait4(proc.pid, 0)
+            proc.wait()
         finally:
             timer.cancel()
         wall = time.perf_counter() - started
-        proc.returncode = os.waitstatus_to_exitcode(status)
         log.seek(0)
         tail = log.read()[-3000:].decode(errors="replace")
-    return {
-        "rc": proc.returncode,
-        "wall": wall,
-        "maxrss_kib": usage.ru_maxrss,
-        "cpu": usage.ru_utime + usage.ru_stime,
-        "timed_out": killed.is_set(),
-        "tail": tail,
-    }
+        try:
+            usage = json.loads(Path(report.name).read_text())
+        except (OSError, ValueError):
+            usage = {"rc": proc.returncode, "maxrss_kib": 0, "cpu": 0.0}
+    return {**usage, "wall": wall, "timed_out": killed.is_set(), "tail": tail}
 
 
 def child_env() -> dict[str, str]:
@@ -181,7 +196,7 @@ def bench_sim(sizes: list[int], budget: Budget, tmp: Path) -> list[dict[str, Any
         before = load()
         res = run_child(
             [sys.executable, "-m", "nvdeploy", "validate", "-i", str(inv), "--out", str(out), "-q"],
-            timeout_s=max(60.0, min(300.0, budget.left())),
+            timeout_s=min(600.0, max(120.0, budget.left() + 60)),
             env=child_env(),
         )
         doc = results_json(out)
@@ -427,7 +442,7 @@ def bench_ssh(
                     print(f"    {labels[kind]:<34} skipped: time budget spent")
                     continue
                 cpu_before = node_cpu(cluster)
-                res = run_worker(kind, spec_file, timeout_s=max(30.0, min(400.0, budget.left())))
+                res = run_worker(kind, spec_file, timeout_s=min(600.0, max(120.0, budget.left() + 60)))
                 time.sleep(0.5)  # let the listeners reap the last sessions
                 res["node_cpu"] = node_cpu(cluster) - cpu_before
                 wall = res.get("wall_inner", res["wall"])
@@ -504,7 +519,7 @@ def memory_with_big_outputs(
             data["faults"] = list(data.get("faults") or []) + [fault]
             cluster.set_scenario(name, json.dumps(data))
         try:
-            res = run_worker("nvdeploy", spec_file, timeout_s=max(60.0, min(300.0, budget.left())))
+            res = run_worker("nvdeploy", spec_file, timeout_s=min(600.0, max(120.0, budget.left() + 60)))
         finally:
             for name, text in pairs:
                 cluster.set_scenario(name, text)

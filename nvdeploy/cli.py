@@ -166,12 +166,15 @@ def _install_sigterm() -> None:
               help="A previous run folder: the report and terminal show what regressed, drifted or was fixed.")
 @click.option("--prometheus", "prometheus_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write per-node verdicts and key metrics for node_exporter's textfile collector (*.prom).")
+@click.option("--nccl-pattern", type=click.Choice(["bisect", "all", "pairwise"]), default="bisect",
+              show_default=True, help="Multi-node nccl-tests (level full): all nodes at once, splitting a low set "
+              "until the bad node is named (bisect); all at once only; or disjoint pairs in parallel rounds.")
 @click.option("--no-history", is_flag=True, help="Do not record the run in <out>/history.sqlite.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the verdict and the report path.")
 def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Optional[str], forks: int,
              deadline: Optional[float], out_base: Path, fail_on_warn: bool, level: str, connect_timeout: float,
              accept_new_host_keys: bool, ask_sudo_pass: bool, baseline: Optional[Path],
-             prometheus_file: Optional[Path], no_history: bool, quiet: bool) -> None:
+             prometheus_file: Optional[Path], nccl_pattern: str, no_history: bool, quiet: bool) -> None:
     """Validate every node of INVENTORY and write results.json, report.html and junit.xml.
 
     Exit 0 READY, 1 NOT_READY, 2 bad input, 3 INCOMPLETE (some node could not be checked), 130 interrupted.
@@ -192,7 +195,8 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
     if ask_sudo_pass:
         password = click.prompt("sudo password", hide_input=True, err=True)
     options = EngineOptions(forks=forks, deadline_s=deadline, connect_timeout_s=connect_timeout,
-                            accept_new_host_keys=accept_new_host_keys, sudo_password=password, checks=checks)
+                            accept_new_host_keys=accept_new_host_keys, sudo_password=password, checks=checks,
+                            multinode_pattern=nccl_pattern)
     _install_sigterm()
     if not quiet:
         click.echo(f"nvdeploy {__version__}: validating {len(inv.hosts)} node(s) of {inv.cluster} "

@@ -37,6 +37,7 @@ class EngineOptions:
     accept_new_host_keys: bool = False
     sudo_password: Optional[str] = None
     checks: tuple[str, ...] = QUICK_CHECKS
+    multinode_pattern: str = "bisect"
 
     def __repr__(self) -> str:  # the password must never reach a log through a repr
         return (f"EngineOptions(forks={self.forks}, deadline_s={self.deadline_s}, "
@@ -51,7 +52,9 @@ class Interrupted(Exception):
         self.exit_code = exit_code
 
 
-def make_transport(host: Host, catalog: ProfileCatalog, options: EngineOptions) -> Transport:
+def make_transport(host: Host, catalog: ProfileCatalog, options: EngineOptions,
+                   peers: Sequence[Host] = ()) -> Transport:
+    """The transport for ``host``; ``peers`` are the other simulated nodes a multi-node tool may reach."""
     connection = host.connection
     connect_timeout = float(host.get("connect_timeout", options.connect_timeout_s))
     if connection == "sim":
@@ -62,7 +65,8 @@ def make_transport(host: Host, catalog: ProfileCatalog, options: EngineOptions) 
         sku = catalog.get(host.get("sim_sku")) if host.get("sim_sku") else None
         # The cluster keys the node's mutable state (nvdeploy/sim/state.py): install, then validate, see the same.
         cluster = str(host.get("cluster") or Path(host.file).stem)
-        scenario = NodeScenario(host.name, profile, tuple(host.faults), sku, cluster=cluster)
+        scenario = NodeScenario(host.name, profile, tuple(host.faults), sku, cluster=cluster,
+                                peers=tuple((p.address, tuple(p.faults)) for p in peers if p.name != host.name))
         return SimTransport(scenario, connect_timeout)
     if connection == "local":
         from nvdeploy.transport.local import LocalTransport
@@ -93,6 +97,8 @@ class NodeRunner:
         self.recorder = recorder
         self.deadline_at = deadline_at
         self.stopping = threading.Event()
+        # Cluster-level ids (checks/registry.py CLUSTER_CHECKS) run after the nodes, in the cluster stage.
+        self.node_checks = tuple(c for c in options.checks if c in CHECKS)
         self._active: dict[str, Transport] = {}
         self._lock = threading.Lock()
 
@@ -137,7 +143,7 @@ class NodeRunner:
             connected = time.monotonic() - started
             reach = Finding("system.reachable", Verdict.PASS, f"connected over {host.connection} in {connected:.2f} s",
                             node=host.name, observed=round(connected, 3), unit="s")
-            needed = [c for check_id in self.options.checks for c in CHECKS[check_id].collectors]
+            needed = [c for check_id in self.node_checks for c in CHECKS[check_id].collectors]
             results = transport.run_batch(light_specs(host.vars, needed, profile), self._remaining())
             for spec in specs_for(needed, host.vars, heavy=True, profile=profile):
                 if self.stopping.is_set():
@@ -152,7 +158,7 @@ class NodeRunner:
         facts = node_facts(by_name)
         ctx = NodeContext(host.name, host.vars, profile, by_name, facts, {e.collector: e.path for e in evidence})
         findings = [reach]
-        for check_id in self.options.checks:
+        for check_id in self.node_checks:
             check = CHECKS[check_id]
             try:
                 findings.extend(check(ctx))

@@ -15,6 +15,7 @@ def load_levels(path: Optional[Path] = None) -> dict[str, tuple[str, ...]]:
     """{level: check ids}; each level includes every check of the levels before it, except those it drops
     with ``!check.id`` (the full level replaces ``dcgm.diag_r2`` by ``dcgm.diag_r3``: ``!dcgm.diag_r2``)."""
     from nvdeploy.checks import CHECKS
+    from nvdeploy.checks.registry import CLUSTER_CHECKS
 
     path = path or data_dir("playbooks") / "validate.yaml"
     data = load_yaml_file(path)
@@ -31,7 +32,7 @@ def load_levels(path: Optional[Path] = None) -> dict[str, tuple[str, ...]]:
             drop = isinstance(check_id, str) and check_id.startswith("!")
             if drop:
                 check_id = check_id[1:]
-            if check_id not in CHECKS:
+            if check_id not in CHECKS and check_id not in CLUSTER_CHECKS:
                 raise ConfigError(f"unknown check {check_id!r} (see 'nvdeploy checks list')", path,
                                   line_of(ids, index), level)
             if drop:

@@ -88,7 +88,8 @@ def _context(facts: NcclFacts, env: Mapping[str, str]) -> str:
 
 
 def assess(facts: Optional[NcclFacts], result: Optional[CommandResult], *, ranks: Optional[int],
-           exp: NcclExpectation, label: str = "all_reduce_perf") -> list[Assessment]:
+           exp: NcclExpectation, label: str = "all_reduce_perf",
+           low_bw_hint: Optional[str] = None) -> list[Assessment]:
     """Judge one completed nccl-tests run. ``result`` is the raw command (for its exit status and NCCL_* env);
     ``ranks`` the number of ranks the run must have (GPUs per node x nodes); ``exp`` its busbw floor.
 
@@ -142,9 +143,9 @@ def assess(facts: Optional[NcclFacts], result: Optional[CommandResult], *, ranks
                               details=bw_details))
     elif floor is not None and busbw < floor:
         tuned = [k for k in env if k in TUNING_VARS]
-        remediation = Remediation.TUNE if tuned else Remediation.INVESTIGATE
-        why = (f"check the NCCL tuning ({', '.join(tuned)})" if tuned else
-               "check NVLink/NVSwitch (nvlink.links), fabric manager, clocks and GPU health")
+        remediation = Remediation.TUNE if tuned and low_bw_hint is None else Remediation.INVESTIGATE
+        why = low_bw_hint or (f"check the NCCL tuning ({', '.join(tuned)})" if tuned else
+                              "check NVLink/NVSwitch (nvlink.links), fabric manager, clocks and GPU health")
         out.append(Assessment(Verdict.FAIL, f"{label} busbw {busbw:g} GB/s {at} below the floor {floor:g} GB/s "
                               f"({exp.floor_pct:g}% of {exp.busbw_gbps:g}): {why} ({context})", observed=busbw,
                               expected=f">= {floor:g}", unit="GB/s", remediation=remediation, details=bw_details))

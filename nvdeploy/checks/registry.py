@@ -64,3 +64,17 @@ def register(check_id: str, collectors: Sequence[str] = ()) -> Callable[[CheckFu
         return function
 
     return wrap
+
+
+# Checks that run once over the cluster after every node's own checks (the engine's cluster stage), by id.
+# A level may list them like node checks; they have no per-node collectors.
+CLUSTER_CHECKS: dict[str, str] = {
+    "nccl.multinode": inspect.cleandoc("""Runs nccl-tests ``all_reduce_perf -b 8G -e 8G -g 1 -c 1`` with mpirun from a
+        launcher node across every node that passed its own checks (``--nccl-pattern``: ``bisect``, the default, runs
+        all nodes at once and splits a low set until the bad node is named; ``all`` runs them at once only;
+        ``pairwise`` runs disjoint pairs in parallel rounds). Hosts from the inventory, ``mpirun --timeout``, NCCL
+        environment from ``nccl_env``, ``NCCL_ALGO=RING`` for 2-node runs. PASS: busbw at 8 GiB >= the profile's
+        ``nccl.multinode_busbw_gbps`` x ``floor_pct``, #wrong 0. FAIL on the localised node(s) and the cluster;
+        ERROR (inconclusive) on every participant when a failing set was not localised. Remediation: ISOLATE the
+        named node and check its InfiniBand ports and cables."""),
+}

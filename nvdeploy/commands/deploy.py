@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import click
 
-from nvdeploy.results import NodeResult, Verdict
+from nvdeploy.results import NodeResult
 
 
 def _common(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -224,4 +224,4 @@ def register(cli: click.Group) -> None:
         cli.add_command(command)
 
 
-__all__ = ["register", "Optional", "Verdict"]
+__all__ = ["register"]

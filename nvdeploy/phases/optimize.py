@@ -25,7 +25,7 @@ from nvdeploy.playbook import Playbook, load_playbook, plan_hosts
 from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.record import RunRecorder
 from nvdeploy.report import write_reports
-from nvdeploy.results import Finding, NodeResult, RunResult, Verdict, cluster_verdict, exit_code_for
+from nvdeploy.results import Finding, NodeResult, Verdict, cluster_verdict, exit_code_for
 
 MEASURED_UNITS = frozenset({"GB/s", "GiB/s", "Gb/s", "MB/s", "W", "MHz", "C", "us", "%"})
 
@@ -174,7 +174,7 @@ def run_optimize(inventory: Inventory, catalog: ProfileCatalog, options: PhaseOp
                 phases.append(validation_phase("validate-after", level, after, after_cluster))
     finally:
         recorder.close()
-    final = _final_nodes(before, after, tuning)
+    final = final_nodes(before, after, tuning)
     if tuning is not None:
         write_plan(tuning, recorder.run_dir)
     run = phase_run_result(header, final, phases, time.monotonic() - started, level=level,
@@ -184,7 +184,7 @@ def run_optimize(inventory: Inventory, catalog: ProfileCatalog, options: PhaseOp
     return PhaseOutcome(run, recorder.run_dir, reports, int(code), (tuning,) if tuning else ())
 
 
-def _final_nodes(before: tuple[NodeResult, ...], after: Optional[tuple[NodeResult, ...]],
+def final_nodes(before: tuple[NodeResult, ...], after: Optional[tuple[NodeResult, ...]],
                  tuning: Optional[PhaseResult]) -> tuple[NodeResult, ...]:
     """The latest validation of every node (after tuning where it ran), with failed tuning steps added."""
     latest = {n.name: n for n in before}
@@ -194,4 +194,4 @@ def _final_nodes(before: tuple[NodeResult, ...], after: Optional[tuple[NodeResul
     return merge_steps(nodes, tuning) if tuning is not None else nodes
 
 
-__all__ = ["compare_validations", "run_optimize", "tune", "validate_hosts", "validation_phase", "RunResult"]
+__all__ = ["compare_validations", "merge_steps", "run_optimize", "tune", "validate_hosts", "validation_phase"]

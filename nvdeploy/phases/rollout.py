@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from nvdeploy.actions import ACTIONS, StepResult, StepStatus, run_action
-from nvdeploy.actions.base import ActionContext, output_of
+from nvdeploy.actions.base import ActionContext
 from nvdeploy.engine import EngineOptions, Interrupted, NodeRunner, error_node, make_transport, run_hosts
 from nvdeploy.hostrange import fold
 from nvdeploy.inventory import Host
@@ -422,4 +422,4 @@ def write_plan(result: PhaseResult, run_dir: Path) -> Path:
 
 
 __all__ = ["PhaseOptions", "PhaseRecorder", "PhaseResult", "StepRunner", "make_batches", "parse_serial",
-           "plan_lines", "run_phase", "output_of"]
+           "plan_lines", "run_phase", "write_plan"]

@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional
 from nvdeploy.inventory import Inventory
 from nvdeploy.levels import LEVELS
 from nvdeploy.phases.install import PhaseOutcome, open_run, phase_run_result
-from nvdeploy.phases.optimize import _final_nodes, merge_steps, tune, validate_hosts, validation_phase
+from nvdeploy.phases.optimize import final_nodes, merge_steps, tune, validate_hosts, validation_phase
 from nvdeploy.phases.rollout import PhaseOptions, PhaseRecorder, PhaseResult, run_phase, write_plan
 from nvdeploy.playbook import Playbook, load_playbook, plan_hosts
 from nvdeploy.profiles import ProfileCatalog
@@ -113,7 +113,7 @@ def run_all(inventory: Inventory, catalog: ProfileCatalog, options: PhaseOptions
                     if after is not None:
                         phases.append(validation_phase("validate-after", chain.level, after, after_cluster))
                         cluster = after_cluster if len(tunable) == len(hosts) else cluster
-                    nodes = merge_steps(merge_steps(_final_nodes(validated, after, tuning), installed), tuning)
+                    nodes = merge_steps(merge_steps(final_nodes(validated, after, tuning), installed), tuning)
     finally:
         recorder.close()
     for result in results:

@@ -6,18 +6,21 @@ import datetime as dt
 import getpass
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
 
 from nvdeploy import __version__
 from nvdeploy.checks.cluster import evaluate_cluster
+from nvdeploy.checks.registry import CLUSTER_CHECKS
 from nvdeploy.engine import EngineOptions, NodeRunner, run_hosts
 from nvdeploy.inventory import Host, Inventory
 from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.record import RunRecorder, read_journal, safe_name
 from nvdeploy.report import write_reports
-from nvdeploy.results import ErrorReason, NodeResult, RunResult
+from nvdeploy.results import ErrorReason, Finding, NodeResult, RunResult
+
+MULTINODE_CHECK = next(iter(c for c in CLUSTER_CHECKS if c == "nccl.multinode"))
 
 
 @dataclass(frozen=True)
@@ -71,12 +74,13 @@ def run_validate(inventory: Inventory, catalog: ProfileCatalog, options: EngineO
               "inventory": inventory.path, "user": _user(), "hosts": [h.name for h in inventory.hosts],
               "fail_on_warn": fail_on_warn, "checks": list(options.checks)}
     recorder.journal(header)
-    return _execute(header, list(inventory.hosts), [], recorder, catalog, options, fail_on_warn, progress)
+    return _execute(header, list(inventory.hosts), [], recorder, catalog, options, fail_on_warn, progress,
+                    list(inventory.hosts))
 
 
 def _execute(header: dict, todo: list[Host], kept: list[NodeResult], recorder: RunRecorder,
              catalog: ProfileCatalog, options: EngineOptions, fail_on_warn: bool,
-             progress: Optional[Callable[[NodeResult], None]]) -> ValidateOutcome:
+             progress: Optional[Callable[[NodeResult], None]], all_hosts: list[Host]) -> ValidateOutcome:
     from nvdeploy.results import exit_code_for
 
     started = time.monotonic()
@@ -88,16 +92,34 @@ def _execute(header: dict, todo: list[Host], kept: list[NodeResult], recorder: R
         if progress is not None:
             progress(node)
 
+    extra_cluster: list[Finding] = []
     try:
         results, interrupt = run_hosts(todo, runner, options.forks, on_result)
+        nodes = kept + list(results.values())
+        if MULTINODE_CHECK in options.checks and interrupt is None:
+            nodes, extra_cluster = _cluster_stage(nodes, all_hosts, catalog, options, recorder)
     finally:
         recorder.close()
-    nodes = kept + list(results.values())
     run = finish_run(header, nodes, list(header.get("hosts", [])), interrupt is not None,
                      time.monotonic() - started, fail_on_warn)
+    if extra_cluster:
+        run = replace(run, cluster_findings=run.cluster_findings + tuple(extra_cluster))
     reports = write_reports(run, recorder.run_dir)
     code = exit_code_for(run.verdict, interrupt is not None, interrupt.exit_code if interrupt else 130)
     return ValidateOutcome(run, recorder.run_dir, reports, int(code))
+
+
+def _cluster_stage(nodes: list[NodeResult], all_hosts: list[Host], catalog: ProfileCatalog,
+                   options: EngineOptions, recorder: RunRecorder) -> tuple[list[NodeResult], list[Finding]]:
+    """Multi-node nccl-tests over the nodes that passed; nodes it adds findings to are journaled again."""
+    from nvdeploy.phases.multinode import run_multinode
+
+    before = {n.name: n for n in nodes}
+    updated, cluster = run_multinode(nodes, all_hosts, catalog, options, recorder, options.multinode_pattern)
+    for node in updated:
+        if node is not before.get(node.name):
+            recorder.node_done(node)
+    return updated, cluster
 
 
 def _unfinished(node: NodeResult) -> bool:
@@ -128,7 +150,8 @@ def resume_validate(run_dir: Path, inventory: Inventory, catalog: ProfileCatalog
         from dataclasses import replace
 
         options = replace(options, checks=tuple(header["checks"]))
-    return _execute(header, todo, kept, recorder, catalog, options, bool(header.get("fail_on_warn")), progress)
+    return _execute(header, todo, kept, recorder, catalog, options, bool(header.get("fail_on_warn")), progress,
+                    [by_name[name] for name in wanted])
 
 
 def rebuild_reports(run_dir: Path) -> ValidateOutcome:

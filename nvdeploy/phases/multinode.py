@@ -1,0 +1,238 @@
+"""Multi-node nccl-tests: mpirun from a launcher node across healthy nodes; all at once, pairwise, bisection.
+
+Runs after every node's own checks, over the nodes that passed them, nccl-tests aside (a node already failing
+another check is not a useful participant and would only blur the result). Every run records the NCCL version,
+the NCCL environment and the message size next to its bandwidth. A low set becomes a cluster-level finding,
+and findings on the node(s) that pairwise or bisection runs localise; a set that fails without being
+localised leaves its nodes ERROR (inconclusive), never FAIL on guesswork and never PASS.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+from dataclasses import dataclass, replace
+from typing import Optional, Sequence
+
+from nvdeploy.checks.nccl import Assessment, NcclExpectation, assess
+from nvdeploy.engine import EngineOptions, make_transport
+from nvdeploy.hostrange import fold
+from nvdeploy.inventory import Host
+from nvdeploy.multinode import BisectLog, bisect, pair_rounds
+from nvdeploy.parsers.nccl_tests import parse_nccl_tests
+from nvdeploy.profiles import Profile, ProfileCatalog
+from nvdeploy.record import RunRecorder
+from nvdeploy.results import ErrorReason, Finding, NodeResult, Remediation, Verdict
+from nvdeploy.transport.base import CommandSpec, TransportError
+
+CHECK_ID = "nccl.multinode"
+PATTERNS = ("all", "pairwise", "bisect")
+DEFAULT_TIMEOUT_S = 900.0
+MESSAGE_SIZE = "8G"
+
+
+@dataclass(frozen=True)
+class GroupRun:
+    """One mpirun over ``nodes``: its assessments and where its output is kept."""
+
+    nodes: tuple[str, ...]
+    ok: bool
+    assessments: tuple[Assessment, ...]
+    evidence: Optional[str]
+    busbw: Optional[float]
+
+
+def multinode_expectation(profile: Profile) -> NcclExpectation:
+    nccl = profile.extra.get("nccl") or {}
+    if "multinode_busbw_gbps" not in nccl:
+        return NcclExpectation()
+    return NcclExpectation(float(nccl["multinode_busbw_gbps"]), float(nccl.get("floor_pct", 95)))
+
+
+def mpirun_argv(group: Sequence[Host], gpus_per_node: int, launcher: Host, timeout_s: float) -> tuple[str, ...]:
+    """The mpirun command line: host list from the inventory (names are validated there, so none can pass
+    as an option), NCCL environment from the launcher's ``nccl_env``, ``--timeout`` so a hang ends in mpirun."""
+    hosts = ",".join(f"{h.address}:{gpus_per_node}" for h in group)
+    argv = ["mpirun", "--timeout", str(int(timeout_s)), "--bind-to", "none", "-np", str(gpus_per_node * len(group)),
+            "-H", hosts, "-x", "NCCL_DEBUG=VERSION"]
+    env = dict(launcher.get("nccl_env") or {})
+    if len(group) == 2:
+        # Tree algorithms report more than two nodes' links can carry: ring is the honest 2-node figure.
+        env["NCCL_ALGO"] = "RING"
+    for name, value in sorted(env.items()):
+        argv += ["-x", f"{name}={value}"]
+    if launcher.get("ssh_user") == "root":
+        argv.insert(1, "--allow-run-as-root")
+    tests_dir = str(launcher.get("nccl_tests_dir") or "").rstrip("/")
+    program = f"{tests_dir}/all_reduce_perf" if tests_dir else "all_reduce_perf"
+    return (*argv, program, "-b", MESSAGE_SIZE, "-e", MESSAGE_SIZE, "-f", "2", "-g", "1", "-c", "1")
+
+
+class MultiNodeRunner:
+    def __init__(self, hosts: Sequence[Host], catalog: ProfileCatalog, options: EngineOptions,
+                 recorder: RunRecorder, all_hosts: Sequence[Host]) -> None:
+        self.hosts = {h.name: h for h in hosts}
+        self.catalog = catalog
+        self.options = options
+        self.recorder = recorder
+        self.all_hosts = list(all_hosts)
+        self.runs: list[GroupRun] = []
+        self._lock = threading.Lock()
+        self._counter = 0
+
+    def run_group(self, names: Sequence[str]) -> GroupRun:
+        group = [self.hosts[n] for n in names]
+        launcher = group[0]
+        profile = self.catalog.get(launcher.profile or "")
+        gpus = profile.gpu.count
+        timeout = float(launcher.get("nccl_timeout", DEFAULT_TIMEOUT_S))
+        spec = CommandSpec("nccl_multinode", mpirun_argv(group, gpus, launcher, timeout), timeout + 30)
+        transport = make_transport(launcher, self.catalog, self.options, peers=self.all_hosts)
+        try:
+            transport.connect()
+            result = transport.run_batch([spec])[0]
+        except TransportError as exc:
+            assessment = Assessment(Verdict.ERROR, f"launcher {launcher.name} unreachable: {exc.detail}",
+                                    reason=exc.reason)
+            return self._keep(GroupRun(tuple(names), False, (assessment,), None, None))
+        finally:
+            transport.close()
+        with self._lock:
+            self._counter += 1
+            label = f"nccl_multinode_{self._counter:03d}"
+        evidence = self.recorder.write_evidence("_cluster", [replace(result, name=label)])[0].path
+        if result.error is not None or result.timed_out:
+            assessment = Assessment(Verdict.ERROR, f"mpirun on {fold(names)} did not finish: "
+                                    f"{result.error_detail or 'timed out'}", reason=result.error or ErrorReason.TIMEOUT)
+            return self._keep(GroupRun(tuple(names), False, (assessment,), evidence, None))
+        facts = parse_nccl_tests(result.text)
+        assessments = assess(facts, result, ranks=gpus * len(group), exp=multinode_expectation(profile),
+                             label=f"all_reduce_perf on {fold(names)}",
+                             low_bw_hint="the slowest inter-node link sets the pace: check InfiniBand ports, cables "
+                             "and switches of these nodes")
+        ok = all(a.verdict in (Verdict.PASS, Verdict.WARN) for a in assessments)
+        busbw = next((a.observed for a in assessments if a.unit == "GB/s" and isinstance(a.observed, float)), None)
+        return self._keep(GroupRun(tuple(names), ok, tuple(assessments), evidence, busbw))
+
+    def _keep(self, run: GroupRun) -> GroupRun:
+        with self._lock:
+            self.runs.append(run)
+        return run
+
+
+def _cluster_finding(run: GroupRun, profile_stamp: str) -> Finding:
+    worst = max(run.assessments, key=lambda a: a.verdict.severity)
+    return Finding(CHECK_ID, worst.verdict, worst.summary, observed=worst.observed, expected=worst.expected,
+                   unit=worst.unit, reason=worst.reason, remediation=worst.remediation, evidence=run.evidence,
+                   profile=profile_stamp)
+
+
+def run_multinode(nodes: Sequence[NodeResult], hosts: Sequence[Host], catalog: ProfileCatalog,
+                  options: EngineOptions, recorder: RunRecorder,
+                  pattern: str = "bisect") -> tuple[list[NodeResult], list[Finding]]:
+    """Run the multi-node stage; returns the nodes with their new findings and the cluster findings.
+
+    ``all``: every healthy node at once. ``pairwise``: disjoint pairs in parallel rounds; a low pair is
+    resolved against a node that passed in another pair. ``bisect``: all at once, and when that is low,
+    split the set until the bad node is named.
+    """
+    if pattern not in PATTERNS:
+        raise ValueError(f"unknown multi-node pattern {pattern!r} (known: {', '.join(PATTERNS)})")
+    by_name = {h.name: h for h in hosts}
+    fit = {n.name for n in nodes if _fit_to_take_part(n)}
+    healthy = [h.name for h in hosts if h.name in fit]  # inventory order: the same pairs every run
+    profile_names = {by_name[n].profile for n in healthy}
+    if len(healthy) < 2 or len(profile_names) != 1:
+        why = ("fewer than two healthy nodes" if len(healthy) < 2 else
+               "the healthy nodes have different profiles; run one --limit per profile")
+        return list(nodes), [Finding(CHECK_ID, Verdict.SKIP, f"multi-node nccl-tests not run: {why}")]
+    profile = catalog.get(next(iter(profile_names)) or "")
+    runner = MultiNodeRunner([by_name[n] for n in healthy], catalog, options, recorder, hosts)
+    suspects: list[str] = []
+    inconclusive: list[str] = []
+    if pattern == "pairwise":
+        suspects, inconclusive = _pairwise(runner, healthy)
+    else:
+        whole = runner.run_group(healthy)
+        if not whole.ok and pattern == "bisect" and _is_bandwidth_or_data(whole):
+            reference = None
+            log = BisectLog()
+            suspects = bisect(healthy, lambda group: runner.run_group(group).ok, reference, log)
+        elif not whole.ok:
+            inconclusive = healthy
+    # The first round speaks for the cluster; later runs (bisection steps, re-tests against a good node) are
+    # summed up in the localisation finding and kept as evidence.
+    first_round = runner.runs[:1] if pattern != "pairwise" else runner.runs[:len(pair_rounds(healthy)[0])]
+    cluster = [_cluster_finding(run, profile.stamp) for run in first_round]
+    measured = [run for run in runner.runs if run.busbw is not None]
+    summary_bits = ", ".join(f"{fold(r.nodes)}: {r.busbw:g} GB/s" for r in measured[:20])
+    if suspects:
+        cluster.append(Finding(CHECK_ID, Verdict.FAIL, f"multi-node all_reduce localised to {fold(suspects)} "
+                               f"({len(runner.runs)} mpirun runs; {summary_bits})", observed=fold(suspects),
+                               remediation=Remediation.ISOLATE, profile=profile.stamp))
+    updated = []
+    for node in nodes:
+        extra: list[Finding] = []
+        if node.name in suspects:
+            runs = [r for r in runner.runs if node.name in r.nodes and not r.ok]
+            worst = runs[-1] if runs else None
+            extra.append(Finding(CHECK_ID, Verdict.FAIL, "multi-node all_reduce is below the floor whenever this node "
+                                 f"takes part (localised by {pattern}): check its InfiniBand ports and cables"
+                                 + (f"; last: {worst.assessments[0].summary}" if worst else ""), node=node.name,
+                                 observed=worst.busbw if worst else None, unit="GB/s",
+                                 remediation=Remediation.ISOLATE, evidence=worst.evidence if worst else None,
+                                 profile=profile.stamp))
+        elif node.name in inconclusive:
+            extra.append(Finding(CHECK_ID, Verdict.ERROR, "multi-node all_reduce failed with this node taking part; "
+                                 "not localised to a node (run with --nccl-pattern bisect or pairwise)",
+                                 node=node.name, reason=ErrorReason.INCOMPLETE, remediation=Remediation.INVESTIGATE,
+                                 profile=profile.stamp))
+        elif node.name in healthy:
+            best = next((r for r in runner.runs if node.name in r.nodes and r.ok), None)
+            if best is not None:
+                extra.append(Finding(CHECK_ID, Verdict.PASS, f"multi-node all_reduce with {fold(best.nodes)}: "
+                                     f"{best.busbw:g} GB/s" if best.busbw is not None else "multi-node all_reduce ok",
+                                     node=node.name, observed=best.busbw, unit="GB/s", evidence=best.evidence,
+                                     profile=profile.stamp))
+        updated.append(node.with_findings(extra) if extra else node)
+    return updated, cluster
+
+
+def _fit_to_take_part(node: NodeResult) -> bool:
+    """Nodes with a failing or unknown check take no part, except for a FAILed nccl-tests result: a node whose
+    single-node bandwidth is low is exactly what the multi-node runs should confirm and name (a node whose
+    nccl-tests hung would only hang the collective)."""
+    return not any(f.verdict is Verdict.ERROR or (f.verdict is Verdict.FAIL and not f.check.startswith("nccl."))
+                   for f in node.findings)
+
+
+def _is_bandwidth_or_data(run: GroupRun) -> bool:
+    """Bisection localises slow, corrupting or hanging nodes (each step bounded by ``nccl_timeout``); a launch
+    failure (an unreachable launcher or daemon) needs a person, not halving."""
+    return any(a.verdict is Verdict.FAIL or a.reason is ErrorReason.TIMEOUT for a in run.assessments)
+
+
+def _pairwise(runner: MultiNodeRunner, nodes: list[str]) -> tuple[list[str], list[str]]:
+    results: dict[tuple[str, str], bool] = {}
+    for round_ in pair_rounds(nodes):
+        with cf.ThreadPoolExecutor(max_workers=max(1, min(len(round_), runner.options.forks))) as pool:
+            for pair, run in zip(round_, pool.map(lambda p: runner.run_group(list(p)), round_)):
+                results[pair] = run.ok
+    good = {n for pair, ok in results.items() if ok for n in pair}
+    reference = sorted(good)[0] if good else None
+    suspects: list[str] = []
+    inconclusive: list[str] = []
+    for pair, ok in results.items():
+        if ok:
+            continue
+        for node in pair:
+            if node in good or node in suspects or node in inconclusive:
+                continue
+            if reference is None:
+                inconclusive.append(node)
+            elif runner.run_group([node, reference]).ok:
+                good.add(node)
+            else:
+                suspects.append(node)
+    return suspects, inconclusive
+

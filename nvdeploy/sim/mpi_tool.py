@@ -1,0 +1,142 @@
+"""A simulated Open MPI ``mpirun`` launching nccl-tests across the simulated nodes of one cluster.
+
+``mpirun [--timeout S] [-np N] -H host:slots,... [-x NAME=VALUE]... [--bind-to X] [--mca K V]... PROGRAM ARGS``
+prints what a multi-node ``all_reduce_perf -g 1`` prints (one rank per GPU, ``#  Rank`` lines naming each host,
+the result table and footer; nccl-tests 2.13 layout). The launcher knows the other hosts' faults from
+``NodeScenario.peers`` (address -> faults).
+
+Bandwidth: a healthy set reaches 1% above the hardware profile's ``nccl.multinode_busbw_gbps`` at 8 GiB. Faults
+of any participant: ``nccl_low_bw`` or ``ib_port_down`` -> 60% of that (the slowest link sets the ring's pace);
+``nccl_hang`` -> the run hangs, or, with ``--timeout``, mpirun stops it and exits 1 after printing Open MPI's
+timeout message; ``unreachable`` -> the daemon on that host cannot start: Open MPI's error, no table, exit 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from nvdeploy.sim.nccl_tool import HEALTHY_MARGIN, LOW_BW_FACTOR, NCCL_CODE, NCCL_TESTS_VERSION, NCCL_VERSION, busbw_at
+from nvdeploy.sim.nccl_tool import _bytes as parse_size
+from nvdeploy.sim.nccl_tool import _time as fmt_time
+from nvdeploy.sim.scenario import NodeScenario, node_facts
+from nvdeploy.sim.tools import ToolOutput, register_tool
+
+_WITH_VALUE = {"-np", "-n", "--np", "-H", "--host", "-x", "--bind-to", "--map-by", "--timeout", "--hostfile",
+               "--report-state-on-timeout", "--mca", "-mca"}
+_FLAGS = {"--allow-run-as-root", "--tag-output", "--oversubscribe", "--get-stack-traces", "--report-state-on-timeout",
+          "-q", "--quiet"}
+
+
+def _parse(args: Sequence[str]) -> tuple[dict[str, object], list[str]] | None:
+    options: dict[str, object] = {"env": {}, "hosts": []}
+    rest = list(args)
+    while rest and rest[0].startswith("-"):
+        option = rest.pop(0)
+        if option in _FLAGS and option != "--report-state-on-timeout":
+            continue
+        if option in ("--mca", "-mca"):
+            if len(rest) < 2:
+                return None
+            rest = rest[2:]
+            continue
+        if option not in _WITH_VALUE or not rest:
+            return None
+        value = rest.pop(0)
+        if option == "-x":
+            name, _, assigned = value.partition("=")
+            options["env"][name] = assigned  # type: ignore[index]
+        elif option in ("-H", "--host"):
+            for item in value.split(","):
+                host, _, slots = item.partition(":")
+                options["hosts"].append((host, int(slots or 1)))  # type: ignore[union-attr]
+        elif option in ("-np", "-n", "--np"):
+            options["np"] = int(value)
+        elif option == "--timeout":
+            options["timeout"] = int(value)
+    return options, rest
+
+
+def _faults_of(scenario: NodeScenario, host: str) -> tuple[str, ...] | None:
+    if host in (scenario.name, "localhost", "127.0.0.1"):
+        return scenario.faults
+    for address, faults in scenario.peers:
+        if address == host:
+            return faults
+    return None
+
+
+def _option(args: Sequence[str], flag: str, default: str) -> str:
+    return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else default
+
+
+@register_tool("mpirun")
+def mpirun(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
+    parsed = _parse(args)
+    if parsed is None or not parsed[1]:
+        return ToolOutput(b"", b"mpirun: unrecognized or incomplete command line (simulated)\n", 1)
+    options, program = parsed
+    hosts: list[tuple[str, int]] = options["hosts"]  # type: ignore[assignment]
+    env: Mapping[str, str] = options["env"]  # type: ignore[assignment]
+    if not hosts or not program[0].endswith("all_reduce_perf"):
+        return ToolOutput(b"", b"simulated mpirun runs all_reduce_perf on -H hosts only\n", 1)
+    faults = {host: _faults_of(scenario, host) for host, _ in hosts}
+    unknown = [h for h, f in faults.items() if f is None or "unreachable" in f]
+    if unknown:
+        text = ("--------------------------------------------------------------------------\n"
+                "ORTE was unable to reliably start one or more daemons.\n"
+                f"This usually is caused by:\n* not finding the required libraries and/or binaries on\n"
+                f"  one or more nodes ({', '.join(unknown)}).\n"
+                "--------------------------------------------------------------------------\n")
+        return ToolOutput(b"", text.encode(), 1)
+    every = {f for fs in faults.values() for f in fs or ()}
+    if "nccl_hang" in every:
+        if "timeout" in options:
+            message = (f"--------------------------------------------------------------------------\n"
+                       f"The user-provided time limit for job execution has been reached:\n\n"
+                       f"  Timeout: {options['timeout']} seconds\n\nThe job will now be aborted.\n"
+                       f"--------------------------------------------------------------------------\n")
+            return ToolOutput(b"", message.encode(), 1, delay_s=float(options["timeout"]))  # type: ignore[arg-type]
+        return ToolOutput(b"", hang=True)
+    nccl = scenario.hardware.extra.get("nccl") or {}
+    peak = float(nccl.get("multinode_busbw_gbps", 45.0)) * HEALTHY_MARGIN
+    if every & {"nccl_low_bw", "ib_port_down"}:
+        peak *= LOW_BW_FACTOR
+    ranks = sum(slots for _, slots in hosts)
+    low = parse_size(_option(program, "-b", "8G")) or 1
+    high = parse_size(_option(program, "-e", "8G")) or low
+    factor = int(_option(program, "-f", "2"))
+    gpus = node_facts(scenario).gpus
+    lines = [f"# nccl-tests version {NCCL_TESTS_VERSION} nccl-headers={NCCL_CODE} nccl-library={NCCL_CODE}",
+             "# Collective test starting: all_reduce_perf",
+             f"# nThread 1 nGpus 1 minBytes {low} maxBytes {high} step: {factor}(factor) warmup iters: 5 iters: 20 "
+             "agg iters: 1 validation: 1 graph: 0", "#", "# Using devices"]
+    rank = 0
+    for host, slots in hosts:
+        for local in range(slots):
+            gpu = gpus[local % len(gpus)]
+            lines.append(f"#  Rank {rank:2d} Group  0 Pid {40000 + rank:6d} on {host:>10} device {local:2d} "
+                         f"[{gpu.lspci_address[:-2]}] {gpu.product_name}")
+            rank += 1
+    if env.get("NCCL_DEBUG", "").upper() in ("VERSION", "INFO", "TRACE"):
+        lines.append(f"NCCL version {NCCL_VERSION}+cuda{node_facts(scenario).cuda_version}")
+    lines += ["#", "#                                                              out-of-place                       "
+              "in-place          ",
+              "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   "
+              "algbw   busbw #wrong",
+              "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  "
+              "(GB/s)  (GB/s)       "]
+    correction = 2.0 * (ranks - 1) / ranks
+    size, bws = low, []
+    while size <= high:
+        cells = []
+        for jitter in (1.0, 0.998):
+            busbw = busbw_at(peak, size) * jitter
+            algbw = busbw / correction
+            cells.append(f"  {fmt_time(size / (algbw * 1e3))}  {algbw:6.2f}  {busbw:6.2f}  {0:>5}")
+            bws.append(busbw)
+        lines.append(f"{size:12d}  {size // 4:12d}  {'float':>8}  {'sum':>6}  {-1:6d}" + "".join(cells))
+        size *= factor
+    average = sum(bws) / len(bws)
+    lines += ["# Out of bounds values : 0 OK", f"# Avg bus bandwidth    : {average:g} ", "#",
+              "# Collective test concluded: all_reduce_perf", "#"]
+    return ToolOutput(("\n".join(lines) + "\n").encode())

@@ -817,8 +817,12 @@ class SshCluster:
 
     # -- inventory ---------------------------------------------------------------------------------------------
 
-    def inventory_yaml(self, profile: str = "h100-sxm-8x", extra_host_vars: dict[str, dict] | None = None) -> str:
-        """YAML text of an nvdeploy inventory that reaches these nodes over SSH (every string double-quoted)."""
+    def inventory_yaml(self, profile: str = "h100-sxm-8x", extra_host_vars: dict[str, dict] | None = None,
+                       command_timeout: float | None = None) -> str:
+        """YAML text of an nvdeploy inventory that reaches these nodes over SSH (every string double-quoted).
+
+        ``command_timeout``: a group-wide collector timeout; the fake tools are Python processes, and dozens of
+        them starting at once on a busy 2-core machine can need more than a real tool's default."""
         import yaml
 
         extra = dict(extra_host_vars or {})
@@ -837,6 +841,7 @@ class SshCluster:
                     "ssh_port": self.port,
                     "ssh_key": str(self.client_key),
                     "ssh_known_hosts": str(self.known_hosts),
+                    **({"command_timeout": command_timeout} if command_timeout else {}),
                 },
                 "hosts": hosts,
             }

@@ -697,9 +697,11 @@ def main() -> int:
     )
     with tempfile.TemporaryDirectory(prefix="nvd-bench-") as tmp_name:
         tmp = Path(tmp_name)
-        bench_sim(sim_sizes, budget, tmp)
+        if sim_sizes:
+            bench_sim(sim_sizes, budget, tmp)
         flood_sizes = FLOOD_SIZES_MIB_QUICK if args.quick else FLOOD_SIZES_MIB
-        bench_ssh(ssh_sizes, args.forks, repeat, args.checks, flood_sizes, budget, tmp)
+        if ssh_sizes:
+            bench_ssh(ssh_sizes, args.forks, repeat, args.checks, flood_sizes, budget, tmp)
     print(f"\ntotal bench time {time.monotonic() - started:.0f} s; load {load()}")
     return 0
 

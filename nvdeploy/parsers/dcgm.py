@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from nvdeploy.parsers.text import prepare as _prepare
+
 
 def _plain(value: Any) -> Any:
     """Dataclasses to dicts and tuples to lists, recursively (what every ``to_dict`` here returns)."""
@@ -88,7 +90,6 @@ class DcgmDiscoveryFacts(_Facts):
     nvswitches_found: int | None = None
 
 
-_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _HOSTENGINE_RE = re.compile(
     r"unable to establish a connection to the specified host|unable to connect to (?:the )?host ?engine"
     r"|host ?engine connection (?:is )?(?:invalid|disconnected)|connection to (?:the )?host ?engine (?:failed|lost)",
@@ -101,13 +102,6 @@ _RANK = {"FAIL": 4, "WARN": 3, "PASS": 2, "SKIP": 1}
 _MAX_WARNINGS = 20
 
 
-def _prepare(text: Any) -> tuple[str, list[str]]:
-    if isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode("utf-8", errors="replace")
-    text = "" if text is None else str(text)
-    warnings = [msg for msg, odd in (("input contained NUL bytes (removed)", "\x00" in text),
-                ("input contained undecodable bytes (U+FFFD replacement characters)", "\ufffd" in text)) if odd]
-    return _ANSI_RE.sub("", text.replace("\x00", "").replace("\r\n", "\n").replace("\r", "\n")), warnings
 
 
 def _verdict(raw: Any) -> str | None:

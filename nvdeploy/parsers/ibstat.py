@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from nvdeploy.parsers.text import prepare as _prepare
+
 
 @dataclass(frozen=True)
 class IbPort:
@@ -52,7 +54,6 @@ class IbFacts:
         return {"devices": [d.to_dict() for d in self.devices], "warnings": list(self.warnings)}
 
 
-_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _CA_RE = re.compile(r"^CA\s+'([^']+)'\s*$")
 _IBSTATUS_RE = re.compile(r"^Infiniband device\s+'([^']+)'\s+port\s+(\d{1,9})\s+status\s*:?\s*$", re.IGNORECASE)
 _HCA_RE = re.compile(r"^hca_id\s*:\s*(\S+)\s*$")
@@ -70,20 +71,6 @@ _WIDTHS = {"1x": 1, "2x": 2, "4x": 4, "8x": 8, "12x": 12}
 _MAX_WARNINGS = 20
 
 
-def _prepare(text: Any) -> tuple[str, list[str]]:
-    warnings: list[str] = []
-    if text is None:
-        text = ""
-    elif isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode("utf-8", errors="replace")
-    elif not isinstance(text, str):
-        text = str(text)
-    if "\x00" in text:
-        warnings.append("input contained NUL bytes (removed)")
-        text = text.replace("\x00", "")
-    if "\ufffd" in text:
-        warnings.append("input contained undecodable bytes (U+FFFD replacement characters)")
-    return _ANSI_RE.sub("", text.replace("\r\n", "\n").replace("\r", "\n")), warnings
 
 
 def _word(value: str, table: dict[str, str]) -> str | None:

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from nvdeploy.parsers.text import prepare as _prepare
+
 
 @dataclass(frozen=True)
 class NcclRow:
@@ -65,7 +67,6 @@ class NcclFacts:
                 "errors": list(self.errors), "complete": self.complete, "warnings": list(self.warnings)}
 
 
-_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _MPI_PREFIX_RE = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?")
 _SRUN_PREFIX_RE = re.compile(r"^\s*\d+:\s(?=\s*[#\d]|\s*$|.*(?:NCCL|Test|failure|error))", re.IGNORECASE)
 _ROW_RE = re.compile(r"^\s*(\d{1,20})\s+(\d{1,20})\s+([A-Za-z][A-Za-z0-9_]*)\s+(.*?)\s*$")
@@ -92,20 +93,6 @@ _BACKTRACE_RE = re.compile(r"Test failure \S+\.cu:\d+")
 _MAX_WARNINGS = 20
 
 
-def _prepare(text: Any) -> tuple[str, list[str]]:
-    warnings: list[str] = []
-    if text is None:
-        text = ""
-    elif isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode("utf-8", errors="replace")
-    elif not isinstance(text, str):
-        text = str(text)
-    if "\x00" in text:
-        warnings.append("input contained NUL bytes (removed)")
-        text = text.replace("\x00", "")
-    if "\ufffd" in text:
-        warnings.append("input contained undecodable bytes (U+FFFD replacement characters)")
-    return _ANSI_RE.sub("", text.replace("\r\n", "\n").replace("\r", "\n")), warnings
 
 
 def _strip_prefix(line: str) -> str:

@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from nvdeploy.parsers.text import prepare as _prepare
+
 
 @dataclass(frozen=True)
 class NvlinkLink:
@@ -62,7 +64,6 @@ class NvlinkFacts:
                 "warnings": list(self.warnings)}
 
 
-_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _GPU_RE = re.compile(r"^\s*GPU\s+(\d{1,9})\s*:\s*(.*?)\s*(?:\(\s*UUID\s*:\s*([^)\s]*)\s*\)?)?\s*$")
 _LINK_RE = re.compile(r"^\s*Link\s+(\d{1,9})\s*:\s*(.*?)\s*$", re.IGNORECASE)
 _SPEED_RE = re.compile(r"^([-+]?\d+(?:\.\d+)?)\s*([GMT]?)B/s\b", re.IGNORECASE)
@@ -78,20 +79,6 @@ _ERROR_RE = re.compile(
 _MAX_WARNINGS = 20
 
 
-def _prepare(text: Any) -> tuple[str, list[str]]:
-    warnings: list[str] = []
-    if text is None:
-        text = ""
-    elif isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode("utf-8", errors="replace")
-    elif not isinstance(text, str):
-        text = str(text)
-    if "\x00" in text:
-        warnings.append("input contained NUL bytes (removed)")
-        text = text.replace("\x00", "")
-    if "\ufffd" in text:
-        warnings.append("input contained undecodable bytes (U+FFFD replacement characters)")
-    return _ANSI_RE.sub("", text.replace("\r\n", "\n").replace("\r", "\n")), warnings
 
 
 def _link(number: str, value: str) -> tuple[NvlinkLink, bool]:

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from nvdeploy.parsers.text import prepare as _prepare
+
 
 @dataclass(frozen=True)
 class TopoFacts:
@@ -38,7 +40,6 @@ class TopoFacts:
         }
 
 
-_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]")
 _GPU_RE = re.compile(r"^GPU\d+$")
 # A device column: GPUn, NICn, or (drivers before ~470) the RDMA device itself (mlx5_0, bnxt_re0, irdma1...).
 _DEVICE_RE = re.compile(r"^(?:GPU\d+|NIC\d+|[A-Za-z][A-Za-z0-9_]*\d+)$")
@@ -51,20 +52,6 @@ _NIC_LEGEND_RE = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 _MAX_WARNINGS = 20
 
 
-def _prepare(text: Any) -> tuple[str, list[str]]:
-    warnings: list[str] = []
-    if text is None:
-        text = ""
-    elif isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode("utf-8", errors="replace")
-    elif not isinstance(text, str):
-        text = str(text)
-    if "\x00" in text:
-        warnings.append("input contained NUL bytes (removed)")
-        text = text.replace("\x00", "")
-    if "\ufffd" in text:
-        warnings.append("input contained undecodable bytes (U+FFFD replacement characters)")
-    return _ANSI_RE.sub("", text.replace("\r\n", "\n").replace("\r", "\n")), warnings
 
 
 def _is_header(tokens: list[str]) -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import subprocess
-from contextlib import redirect_stdout
 
 import click
 
@@ -24,8 +23,7 @@ def probe_command(timeout: float) -> None:
     from nvdeploy.probe import nvml_probe
 
     buffer = io.StringIO()
-    with redirect_stdout(buffer):
-        nvml_probe.main()
+    nvml_probe.main(out=buffer)
     facts = parse_probe_json(buffer.getvalue())
     if facts.gpus:
         click.echo(json.dumps({"source": "nvml", **facts.to_dict()}, indent=2))

@@ -105,23 +105,25 @@ def collect(nvml):
             pass
 
 
-def main(nvml=None):
+def main(nvml=None, out=None):
+    """Print the facts (or the error) to ``out`` (stdout by default); return the exit status."""
+    out = out if out is not None else sys.stdout
     if nvml is None:
         try:
             import pynvml as nvml
         except Exception as exc:  # noqa: BLE001 - any import failure means: use nvidia-smi instead
-            sys.stdout.write(json.dumps({"format": "nvml", "error": {"name": "import", "message": str(exc)}}))
-            sys.stdout.write("\n" + END_MARKER + "\n")
+            out.write(json.dumps({"format": "nvml", "error": {"name": "import", "message": str(exc)}}))
+            out.write("\n" + END_MARKER + "\n")
             return 3
     try:
         facts = collect(nvml)
     except nvml.NVMLError as exc:
-        sys.stdout.write(json.dumps({"format": "nvml", "error": {"code": getattr(exc, "value", None),
+        out.write(json.dumps({"format": "nvml", "error": {"code": getattr(exc, "value", None),
                                                                  "message": str(exc)}}))
-        sys.stdout.write("\n" + END_MARKER + "\n")
+        out.write("\n" + END_MARKER + "\n")
         return 3
-    sys.stdout.write(json.dumps(facts))
-    sys.stdout.write("\n" + END_MARKER + "\n")
+    out.write(json.dumps(facts))
+    out.write("\n" + END_MARKER + "\n")
     return 0
 
 

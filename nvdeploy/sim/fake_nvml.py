@@ -9,10 +9,8 @@ Also registers the simulated ``python3``: it runs the shipped probe against this
 from __future__ import annotations
 
 import io
-import threading
 import types
 from collections.abc import Sequence
-from contextlib import redirect_stdout
 from typing import Any
 
 from nvdeploy.sim.scenario import NodeFacts, NodeScenario, node_facts, register_fault
@@ -100,18 +98,12 @@ def fake_nvml(facts: NodeFacts) -> Any:
     return nvml
 
 
-# redirect_stdout swaps the process-wide sys.stdout: two nodes' probes overlapping in worker threads could restore
-# each other's buffer and leave sys.stdout pointing into one (the CLI's own output then vanished).
-_STDOUT_LOCK = threading.Lock()
-
-
 def run_probe(scenario: NodeScenario) -> ToolOutput:
     from nvdeploy.probe import nvml_probe
 
+    # The probe writes to a stream of its own: never swap the process-wide sys.stdout from worker threads.
     buffer = io.StringIO()
-    nvml = fake_nvml(node_facts(scenario))
-    with _STDOUT_LOCK, redirect_stdout(buffer):
-        rc = nvml_probe.main(nvml)
+    rc = nvml_probe.main(fake_nvml(node_facts(scenario)), out=buffer)
     return ToolOutput(buffer.getvalue().encode(), rc=rc)
 
 

@@ -30,7 +30,19 @@ class CommandSpec:
         import shlex
 
         prefix = "sudo -n -- " if self.sudo else ""
-        return prefix + shlex.join(self.argv)
+        return prefix + shlex.join(_short(arg) for arg in self.argv)
+
+
+_MAX_SHOWN_ARG = 256
+
+
+def _short(arg: str) -> str:
+    """A long argument (the shipped NVML probe is ~70 KB) stands in records and reports as its size and hash."""
+    if len(arg) <= _MAX_SHOWN_ARG:
+        return arg
+    import hashlib
+
+    return f"<{len(arg.encode())} bytes sha256:{hashlib.sha256(arg.encode()).hexdigest()[:12]}>"
 
 
 class TransportError(Exception):

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from nvdeploy.parsers.text import prepare as _prepare
+
 
 @dataclass(frozen=True)
 class XidEvent:
@@ -96,20 +98,6 @@ _LOG_TROUBLE_RE = re.compile(
 _MAX_WARNINGS = 20
 
 
-def _clean_text(text: Any) -> tuple[str, list[str]]:
-    warnings: list[str] = []
-    if text is None:
-        text = ""
-    elif isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode("utf-8", errors="replace")
-    elif not isinstance(text, str):
-        text = str(text)
-    if "\x00" in text:
-        warnings.append("input contained NUL bytes (removed)")
-        text = text.replace("\x00", "")
-    if "\ufffd" in text:
-        warnings.append("input contained undecodable bytes (U+FFFD replacement characters)")
-    return text.replace("\r\n", "\n").replace("\r", "\n"), warnings
 
 
 def _xid_event(match: re.Match[str], line: str) -> XidEvent:
@@ -137,7 +125,7 @@ def _aer_event(line: str) -> AerEvent | None:
 
 def parse_kmsg(text: str) -> KmsgFacts:
     """Read Xid, SXid and PCIe AER events from kernel log text. Never raises."""
-    text, warnings = _clean_text(text)
+    text, warnings = _prepare(text)
     if not text.strip():
         return KmsgFacts(warnings=(*warnings, "empty input"))
     xids: list[XidEvent] = []

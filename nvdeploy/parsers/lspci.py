@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from nvdeploy.parsers.text import prepare as _prepare
+
 _NVIDIA_VENDOR = "10de"
 _GPU_CLASSES = ("0300", "0302")
 _NVSWITCH_CLASS = "0680"
@@ -94,18 +96,7 @@ def _parse_line(line: str) -> tuple[LspciDevice | None, bool]:
 
 def parse_lspci(text: str) -> LspciFacts:
     """Classify the NVIDIA functions lspci lists. Never raises."""
-    warnings: list[str] = []
-    if text is None:
-        text = ""
-    elif isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode("utf-8", errors="replace")
-    elif not isinstance(text, str):
-        text = str(text)
-    if "\x00" in text:
-        warnings.append("input contained NUL bytes (removed)")
-        text = text.replace("\x00", "")
-    if "\ufffd" in text:
-        warnings.append("input contained undecodable bytes (U+FFFD replacement characters)")
+    text, warnings = _prepare(text)
     if not text.strip():
         return LspciFacts(warnings=(*warnings, "empty input: lspci listed no NVIDIA devices"))
     seen: set[str] = set()

@@ -17,6 +17,8 @@ from typing import Any
 
 from defusedxml.ElementTree import fromstring as defused_fromstring
 
+from nvdeploy.parsers.text import prepare as _prepare
+
 _Tree = dict[tuple[str, ...], str]
 
 
@@ -81,7 +83,6 @@ _FALSE = {"disabled", "disable", "no", "off", "not active", "inactive", "false"}
 _INT_RE = re.compile(r"[-+]?\d+(?![\d.])")
 _FLOAT_RE = re.compile(r"[-+]?\d+(?:\.\d+)?")
 _BUS_ID_RE = re.compile(r"\b([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\b")
-_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _FATAL_RE = re.compile(
     r"NVIDIA-SMI has failed|couldn't communicate with the NVIDIA driver|No devices were found|"
     r"Failed to initialize NVML|NVML: Driver Not Loaded|Driver/library version mismatch|command not found",
@@ -132,22 +133,6 @@ def _norm(label: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", label.lower().replace("-", "")).strip("_")
 
 
-def _prepare(text: Any) -> tuple[str, list[str]]:
-    """Coerce to str, drop NULs, CRs and ANSI escapes; note what was odd about the input."""
-    warnings: list[str] = []
-    if text is None:
-        text = ""
-    elif isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode("utf-8", errors="replace")
-    elif not isinstance(text, str):
-        text = str(text)
-    if "\x00" in text:
-        warnings.append("input contained NUL bytes (removed)")
-        text = text.replace("\x00", "")
-    if "\ufffd" in text:
-        warnings.append("input contained undecodable bytes (U+FFFD replacement characters)")
-    text = _ANSI_RE.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
-    return text, warnings
 
 
 def _start(text: Any, fmt: str) -> tuple[str, list[str], SmiFacts | None]:

@@ -8,42 +8,9 @@ from typing import Sequence
 from nvdeploy.hostrange import fold
 from nvdeploy.results import Finding, NodeResult, Remediation, Verdict
 
-
-def driver_consistency(nodes: Sequence[NodeResult]) -> tuple[list[NodeResult], list[Finding]]:
-    """Every node runs the same driver. Without a declared target the majority version is the reference and
-    each node that differs FAILs as inconsistent; the cluster finding shows the folded histogram
-    (``gpu[001-127]: 550.54.15 | gpu128: 535.104.05``).
-    """
-    versions = {n.name: n.facts.get("driver_version") for n in nodes if n.facts.get("driver_version")}
-    if len(versions) < 2:
-        return list(nodes), []
-    counts = Counter(versions.values())
-    histogram = " | ".join(f"{fold([n for n, v in versions.items() if v == version])}: {version}"
-                           for version, _ in counts.most_common())
-    if len(counts) == 1:
-        only = next(iter(counts))
-        return list(nodes), [Finding("driver.consistency", Verdict.PASS, f"all {len(versions)} nodes run {only}",
-                                     observed=histogram)]
-    (majority, top), *rest = counts.most_common()
-    tie = rest and rest[0][1] == top
-    updated = []
-    for node in nodes:
-        version = versions.get(node.name)
-        if version is None or (version == majority and not tie):
-            updated.append(node)
-            continue
-        updated.append(node.with_findings([Finding(
-            "driver.consistency", Verdict.FAIL,
-            f"driver {version} differs from the rest of the cluster ({histogram})", node=node.name,
-            observed=version, expected=majority if not tie else "one version cluster-wide",
-            remediation=Remediation.REINSTALL, profile=node.profile)]))
-    cluster = Finding("driver.consistency", Verdict.FAIL, f"{len(counts)} driver versions in the cluster: {histogram}",
-                      observed=histogram, expected="one version cluster-wide", remediation=Remediation.REINSTALL)
-    return updated, [cluster]
-
-
-# (node fact, check id, what): the stack versions that must be the same on every node, after the driver.
+# (node fact, check id, what): the stack versions that must be the same on every node.
 VERSION_CONSISTENCY = (
+    ("driver_version", "driver.consistency", "driver"),
     ("cuda_version", "cuda.consistency", "CUDA"),
     ("dcgm_version", "dcgm.consistency", "DCGM"),
     ("nccl_version", "nccl.consistency", "NCCL"),
@@ -54,9 +21,10 @@ VERSION_CONSISTENCY = (
 
 def version_consistency(nodes: Sequence[NodeResult], key: str, check_id: str,
                         what: str) -> tuple[list[NodeResult], list[Finding]]:
-    """Every node that reports ``facts[key]`` reports the same value (as ``driver_consistency``): the minority
-    nodes FAIL (REINSTALL) and the cluster finding shows the folded histogram
-    (``gpu[001-127]: 2.21.5 | gpu128: 2.18.3``). Nodes that do not report it are left to their own checks.
+    """Every node that reports ``facts[key]`` reports the same value. Without a declared target the majority
+    version is the reference: the minority nodes FAIL (REINSTALL; on a tie every node does) and the cluster finding
+    shows the folded histogram (``gpu[001-127]: 550.54.15 | gpu128: 535.104.05``). Nodes that do not report it are
+    left to their own checks.
     """
     versions = {n.name: str(n.facts[key]) for n in nodes if n.facts.get(key)}
     if len(versions) < 2:
@@ -87,7 +55,7 @@ def version_consistency(nodes: Sequence[NodeResult], key: str, check_id: str,
 
 
 def evaluate_cluster(nodes: Sequence[NodeResult]) -> tuple[list[NodeResult], list[Finding]]:
-    updated, findings = driver_consistency(nodes)
+    updated, findings = list(nodes), []
     for key, check_id, what in VERSION_CONSISTENCY:
         updated, more = version_consistency(updated, key, check_id, what)
         findings.extend(more)

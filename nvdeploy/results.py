@@ -58,6 +58,8 @@ class ErrorReason(str, enum.Enum):
     INCOMPLETE = "incomplete"
     NOT_RUN = "not_run"
     INTERRUPTED = "interrupted"
+    # Another workload holds the node: GPU compute processes, a Slurm job, or another nvdeploy run's lock.
+    BUSY = "busy"
 
 
 class Remediation(str, enum.Enum):

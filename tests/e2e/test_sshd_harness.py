@@ -63,6 +63,24 @@ def scenario(name: str) -> str:
     return json.dumps({"name": name, "profile": "h100-sxm-8x"})
 
 
+def process_state(pid: int) -> str:
+    """The one-letter state of ``pid`` from /proc ('' once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def wait_for_state(pids: list[int], state: str, within_s: float) -> dict[int, str]:
+    """Poll until every pid shows ``state`` or ``within_s`` passes; return the states last seen."""
+    deadline = time.monotonic() + within_s
+    while True:
+        seen = {pid: process_state(pid) for pid in pids}
+        if all(value == state for value in seen.values()) or time.monotonic() > deadline:
+            return seen
+        time.sleep(0.01)
+
+
 def add_probe_tool(node: FakeNode) -> Path:
     """A tool of our own on the node's PATH, independent of nvdeploy.sim's fake tools."""
     tool = node.bin_dir / "nvd-probe"
@@ -190,8 +208,8 @@ def test_freeze_and_thaw(ssh_cluster_factory: ClusterFactory) -> None:  # noqa: 
         assert chan.recv(100).startswith(b"1")
         pids = cluster.freeze(frozen_node.name)
         assert pids
-        for pid in pids:
-            assert Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+        # SIGSTOP is delivered asynchronously: on a loaded machine /proc may still show 'S' for a moment.
+        assert wait_for_state(pids, "T", within_s=10) == {pid: "T" for pid in pids}
         chan.settimeout(1.5)
         got = b""
         with pytest.raises(socket.timeout):

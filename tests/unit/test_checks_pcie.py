@@ -36,5 +36,10 @@ def test_slot_below_the_profile_is_a_warning_from_profile_data():
 def test_driver_not_loaded_is_error_never_pass():
     findings = sim_check("pcie.link", "driver_missing")
     assert verdicts(findings) == [Verdict.ERROR]
-    assert findings[0].reason is ErrorReason.NOT_RUN or findings[0].reason is not None
-    assert "not evaluated" in findings[0].summary
+    only = findings[0]
+    assert only.reason is ErrorReason.NOT_RUN
+    assert only.summary == ("not evaluated: NVIDIA driver not loaded (nvidia-smi could not communicate with the "
+                            "driver)")
+    assert (only.gpu, only.observed, only.expected) == (None, None, None)
+    assert only.remediation is Remediation.NONE
+    assert only.evidence == "evidence/node01/nvidia_smi_xml.out"

@@ -9,6 +9,7 @@ nccl:     {all_reduce_busbw_gbps: 476, floor_pct: 95, source: "..."}   # single 
 ib:       {hcas: 8, rate_gbps: 400}                # compute fabric HCAs; absent: no IB expected (SKIP)
 throttle: {fail: [hw_slowdown, ...], warn: [sw_thermal_slowdown]}      # active clock-event reasons
 mig:      {enabled: false}                         # the MIG mode every MIG-capable GPU must be in
+datasheet: {bf16_tflops: 989.4, fp8_tflops: 1978.9, hbm_gb: 80, tdp_w: 700, sources: [...]}  # dense, per GPU
 ```
 """
 
@@ -57,6 +58,16 @@ SECTIONS: dict[str, dict[str, tuple[Callable[[Any], bool], str, bool]]] = {
                  "warn": (_reasons, "a list of clock-event reasons (" + ", ".join(sorted(THROTTLE_REASONS)) + ")",
                           False)},
     "mig": {"enabled": (lambda v: isinstance(v, bool), "true or false", True)},
+    # Datasheet figures per GPU for `nvdeploy size`: DENSE Tensor-Core TFLOPS (halve NVIDIA's sparse figures), an
+    # absent precision means the SKU has no Tensor-Core path for it. Optional: a user profile may omit it.
+    "datasheet": {**{key: (_number, "a positive number (dense TFLOPS per GPU)", False)
+                     for key in ("tf32_tflops", "bf16_tflops", "fp16_tflops", "fp8_tflops", "fp4_tflops")},
+                  "hbm_gb": (_number, "a positive number (GB of GPU memory)", False),
+                  "hbm_tbps": (_number, "a positive number (TB/s memory bandwidth)", False),
+                  "nvlink_gbps": (_number, "a positive number (GB/s NVLink per GPU)", False),
+                  "tdp_w": (_number, "a positive number (W)", False),
+                  "sources": (lambda v: isinstance(v, list) and bool(v) and all(isinstance(s, str) for s in v),
+                              "a non-empty list of strings (where each figure comes from)", True)},
 }
 
 

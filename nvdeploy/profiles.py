@@ -14,7 +14,7 @@ from nvdeploy.builtin import data_dir
 from nvdeploy.yamlfile import ConfigError, LocDict, line_of, load_yaml_file, require_str
 
 _TOP_KEYS = {"name", "version", "description", "sources", "gpu", "driver", "nvlink", "pcie", "sim", "nccl", "ib",
-             "throttle", "mig"}
+             "throttle", "mig", "datasheet"}
 _GPU_KEYS = {"count", "model", "memory_mib", "memory_tolerance_pct", "pci_device_id", "ecc_required", "nvswitch",
              "power_limit_w", "max_temperature_c"}
 _DRIVER_KEYS = {"version", "min_version"}
@@ -113,7 +113,7 @@ def load_profile_file(path: Union[str, Path]) -> Profile:
         driver_version=require_str(driver, "version", file) if "version" in driver else None,
         driver_min_version=require_str(driver, "min_version", file) if "min_version" in driver else None,
         sim={k: require_str(sim, k, file) for k in sim},
-        extra={k: data[k] for k in ("nvlink", "pcie", "nccl", "sources", "ib", "throttle", "mig") if k in data},
+        extra={k: data[k] for k in ("nvlink", "pcie", "nccl", "sources", "ib", "throttle", "mig", "datasheet") if k in data},
         path=file,
     )
 

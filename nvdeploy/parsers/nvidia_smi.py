@@ -2,8 +2,11 @@
 
 All parsers are pure and never raise: odd input gives whatever could be read plus ``warnings``. Every per-GPU
 field is ``None`` when the input does not say (an excerpt, ``N/A``, ``[Not Supported]``, a field the schema
-version lacks). XML and text are first flattened into ``{path: value}`` with snake_case path parts, so that one
-extraction table serves every schema version (DTD v11/v12/v13, the old 418 layout, ``-q`` text).
+version lacks). A value the tool could not read (``Unknown Error``, ``GPU is lost``, ``GPU requires reset``,
+``Insufficient Permissions``) is ``None`` too, never zero, and is named in :attr:`GpuFacts.errors` with NVML's
+error name; ``GPU is lost`` also sets :attr:`GpuFacts.lost`. XML and text are first flattened into
+``{path: value}`` with snake_case path parts, so that one extraction table serves every schema version (DTD
+v11/v12/v13, the old 418 layout, ``-q`` text).
 """
 
 from __future__ import annotations
@@ -50,10 +53,20 @@ class GpuFacts:
     default_power_limit_w: float | None = None
     mig_mode: bool | None = None
     clocks_event_reasons_active: tuple[str, ...] = ()
+    # The GPU answered "GPU is lost" (NVML_ERROR_GPU_IS_LOST): it is gone until the node is rebooted.
+    lost: bool = False
+    # (field, NVML error name) for each field the tool tried and failed to read: UNKNOWN, GPU_IS_LOST,
+    # RESET_REQUIRED, NO_PERMISSION... "Not supported" is not an error: the field is just None.
+    errors: tuple[tuple[str, str], ...] = ()
+
+    def error(self, name: str) -> str | None:
+        """NVML's error name for field ``name`` when reading it failed; None when it was read or unsupported."""
+        return next((err for field_name, err in self.errors if field_name == name), None)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["clocks_event_reasons_active"] = list(self.clocks_event_reasons_active)
+        out["errors"] = {name: err for name, err in self.errors}
         return out
 
 
@@ -76,8 +89,11 @@ class SmiFacts:
 
 _NA_VALUES = {
     "", "n/a", "na", "not supported", "unknown", "unknown error", "not available", "insufficient permissions",
-    "requested functionality has been deprecated",
+    "requested functionality has been deprecated", "gpu is lost", "gpu requires reset", "timeout",
 }
+# Values nvidia-smi prints when NVML returned an error for the field (nvmlErrorString), by NVML error name.
+_ERROR_VALUES = {"unknown error": "UNKNOWN", "gpu is lost": "GPU_IS_LOST", "gpu requires reset": "RESET_REQUIRED",
+                 "insufficient permissions": "NO_PERMISSION", "timeout": "TIMEOUT"}
 _TRUE = {"enabled", "enable", "yes", "on", "active", "true"}
 _FALSE = {"disabled", "disable", "no", "off", "not active", "inactive", "false"}
 _INT_RE = re.compile(r"[-+]?\d+(?![\d.])")
@@ -102,6 +118,16 @@ def _clean(value: str | None) -> str | None:
     if len(v) >= 2 and v[0] == "[" and v[-1] == "]":
         v = v[1:-1].strip()
     return None if v.lower() in _NA_VALUES else v
+
+
+def _error(value: str | None) -> str | None:
+    """NVML's error name when ``value`` is nvidia-smi's text for a failed read (``[Unknown Error]``...)."""
+    if value is None:
+        return None
+    v = value.strip()
+    if len(v) >= 2 and v[0] == "[" and v[-1] == "]":
+        v = v[1:-1].strip()
+    return _ERROR_VALUES.get(v.lower().rstrip("."))
 
 
 def _int(value: str | None) -> int | None:
@@ -165,9 +191,10 @@ def _get(tree: _Tree, *paths: tuple[str, ...]) -> str | None:
 
 def _ecc_uncorrectable(tree: _Tree, kind: str) -> int | None:
     """Sum uncorrectable ECC counts under ecc_errors/<kind> for every schema: double_bit (<=R470), sram+dram (v11+),
-    sram parity+sec-ded (v13 / 535+ text). Returns None when no count is given."""
+    sram parity+sec-ded (v13 / 535+ text). Returns None when no count is given, or when one of the counts could
+    not be read (a sum of the readable parts would pass an unknown as zero)."""
     sub = {path[2:]: value for path, value in tree.items() if path[:2] == ("ecc_errors", kind)}
-    if not sub:
+    if not sub or _ecc_error(tree, kind):
         return None
     double = [k for k in sub if k[:1] == ("double_bit",)]
     if double:
@@ -181,6 +208,26 @@ def _ecc_uncorrectable(tree: _Tree, kind: str) -> int | None:
             sram = _sum([_int(v) for k, v in sub.items() if k and k[0].startswith("sram_uncorrectable_")])
         parts = [sram, _int(sub.get(("dram_uncorrectable",)))]
     return _sum(parts)
+
+
+def _ecc_error(tree: _Tree, kind: str) -> str | None:
+    """The NVML error of an uncorrectable count under ecc_errors/<kind> that could not be read, if any."""
+    for path, value in tree.items():
+        if path[:2] == ("ecc_errors", kind) and "uncorrectable" in "_".join(path[2:]) or \
+                path[:3] == ("ecc_errors", kind, "double_bit"):
+            err = _error(value)
+            if err:
+                return err
+    return None
+
+
+def _path_error(tree: _Tree, *paths: tuple[str, ...]) -> str | None:
+    """The NVML error of the first present path when none of them holds a value."""
+    for path in paths:
+        err = _error(tree.get(path))
+        if err:
+            return err
+    return None
 
 
 def _any_bool(tree: _Tree, *paths: tuple[str, ...]) -> bool | None:
@@ -238,17 +285,45 @@ def _extract(tree: _Tree, table: tuple[tuple[str, Callable[[str | None], Any], t
     return {name: conv(_get(tree, *(tuple(p.split("/")) for p in paths))) for name, conv, paths in table}
 
 
+def _extract_errors(tree: _Tree, table: tuple[tuple[str, Callable[[str | None], Any], tuple[str, ...]], ...],
+                    values: dict[str, Any]) -> list[tuple[str, str]]:
+    """(field, NVML error) for each field left None because nvidia-smi printed an error instead of a value."""
+    out = []
+    for name, _conv, paths in table:
+        if values.get(name) is None:
+            err = _path_error(tree, *(tuple(p.split("/")) for p in paths))
+            if err:
+                out.append((name, err))
+    return out
+
+
+def _with_errors(values: dict[str, Any], errors: list[tuple[str, str]]) -> dict[str, Any]:
+    values["errors"] = tuple(sorted(set(errors)))
+    values["lost"] = any(err == "GPU_IS_LOST" for _, err in errors)
+    return values
+
+
 def _gpu_from_tree(tree: _Tree, index: int | None, bus_id: str | None) -> GpuFacts:
     values = _extract(tree, _TREE_FIELDS)
     values["pci_bus_id"] = values["pci_bus_id"] or _clean(bus_id)
-    return GpuFacts(
-        index=index,
+    values.update(
         ecc_uncorrectable_volatile=_ecc_uncorrectable(tree, "volatile"),
         ecc_uncorrectable_aggregate=_ecc_uncorrectable(tree, "aggregate"),
         retired_pages_pending=_any_bool(tree, *_RETIRED_PENDING),
         clocks_event_reasons_active=_reasons(tree),
-        **values,
     )
+    errors = _extract_errors(tree, _TREE_FIELDS, values)
+    for kind in ("volatile", "aggregate"):
+        err = _ecc_error(tree, kind)
+        if err:
+            errors.append((f"ecc_uncorrectable_{kind}", err))
+    if values["retired_pages_pending"] is None and (err := _path_error(tree, *_RETIRED_PENDING)):
+        errors.append(("retired_pages_pending", err))
+    reason_errors = [_error(v) for p, v in tree.items()
+                     if p[:1] in (("clocks_throttle_reasons",), ("clocks_event_reasons",))]
+    if any(reason_errors):
+        errors.append(("clocks_event_reasons_active", next(e for e in reason_errors if e)))
+    return GpuFacts(index=index, **_with_errors(values, errors))
 
 
 def _assemble(fmt: str, driver: str | None, cuda: str | None, count: int | None,
@@ -378,7 +453,9 @@ def parse_text(text: str) -> SmiFacts:
     if elided:
         warnings.append("input is an excerpt ('[...]' elisions); absent fields are None")
     if sections and sections[0][1] is None:  # indented lines before any "GPU <bus id>" header
-        if any(v not in (None, []) for v in _gpu_from_tree(sections[0][0], None, None).to_dict().values()):
+        unnamed = _gpu_from_tree(sections[0][0], None, None)
+        known = [v for k, v in unnamed.to_dict().items() if k not in ("lost", "errors")]
+        if unnamed.errors or any(v not in (None, []) for v in known):
             warnings.append("GPU fields without a 'GPU <bus id>' header (excerpt?); attributed to one unnamed GPU")
         else:
             sections.pop(0)
@@ -510,10 +587,17 @@ _CSV_FIELDS: tuple[tuple[str, Callable[[str | None], Any], tuple[str, ...]], ...
 
 
 def _gpu_from_csv(row: dict[str, str]) -> GpuFacts:
-    values = _extract({(k,): v for k, v in row.items()}, _CSV_FIELDS)
-    return GpuFacts(ecc_uncorrectable_volatile=_csv_ecc(row, "volatile"),
-                    ecc_uncorrectable_aggregate=_csv_ecc(row, "aggregate"),
-                    clocks_event_reasons_active=_csv_reasons(row), **values)
+    tree = {(k,): v for k, v in row.items()}
+    values = _extract(tree, _CSV_FIELDS)
+    errors = _extract_errors(tree, _CSV_FIELDS, values)
+    for kind in ("volatile", "aggregate"):
+        err = next((e for k, v in row.items() if k.startswith(f"ecc.errors.uncorrected.{kind}") and (e := _error(v))),
+                   None)
+        values[f"ecc_uncorrectable_{kind}"] = None if err else _csv_ecc(row, kind)
+        if err:
+            errors.append((f"ecc_uncorrectable_{kind}", err))
+    values["clocks_event_reasons_active"] = _csv_reasons(row)
+    return GpuFacts(**_with_errors(values, errors))
 
 
 def parse_csv(text: str) -> SmiFacts:

@@ -11,12 +11,34 @@ END_MARKER = "__NVD_PROBE_END__"
 _FIELDS = set(GpuFacts.__dataclass_fields__)
 
 
+# NVML errors that mean "this GPU has no such feature" (nvidia-smi prints N/A): the fact is None, not unknown.
+_UNSUPPORTED = {"NOT_SUPPORTED", "FUNCTION_NOT_FOUND", "DEPRECATED"}
+_ALL_FIELDS = ("lost", "errors")
+
+
 def _gpu(raw: Any, warnings: list[str]) -> GpuFacts:
-    values = {k: v for k, v in raw.items() if k in _FIELDS} if isinstance(raw, dict) else {}
+    """One GPU of the probe: ``{"error": NAME}`` in place of a value becomes None plus an entry in ``errors``."""
+    if not isinstance(raw, dict):
+        warnings.append("probe GPU entry is not an object")
+        return GpuFacts()
+    values: dict[str, Any] = {}
+    errors: list[tuple[str, str]] = []
+    for key, value in raw.items():
+        if key not in _FIELDS or key in _ALL_FIELDS:
+            continue
+        if isinstance(value, dict):
+            name = str(value.get("error") or "UNKNOWN")
+            if name not in _UNSUPPORTED:
+                errors.append((key, name))
+            value = () if key == "clocks_event_reasons_active" else None
+        values[key] = value
     if "clocks_event_reasons_active" in values:
         values["clocks_event_reasons_active"] = tuple(values["clocks_event_reasons_active"] or ())
+    if "error" in raw:  # no handle at all: every fact of this GPU is unknown
+        errors.append(("handle", str(raw["error"])))
+    lost = bool(raw.get("lost")) or any(name == "GPU_IS_LOST" for _, name in errors)
     try:
-        return GpuFacts(**values)
+        return GpuFacts(lost=lost, errors=tuple(sorted(set(errors))), **values)
     except TypeError as exc:
         warnings.append(f"probe GPU entry not understood: {exc}")
         return GpuFacts()

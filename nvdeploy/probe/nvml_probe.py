@@ -7,6 +7,10 @@ read the probe's facts and nvidia-smi's the same way.
 
 Exit status: 0 with the facts; 3 with ``{"error": ...}`` when pynvml or NVML is unusable (the caller then
 falls back to ``nvidia-smi -q -x``, whose exit status says why).
+
+A fact NVML could not give is never None without a reason: it is ``{"error": NAME, "code": N}`` with NVML's
+error name (``NOT_SUPPORTED``, ``UNKNOWN``, ``GPU_IS_LOST``...), and a GPU that answered GPU_IS_LOST anywhere
+carries ``"lost": true``. A GPU whose handle cannot be had at all is ``{"index": i, "lost": ..., "error": ...}``.
 """
 
 import json
@@ -17,25 +21,65 @@ REASON_BITS = ((0x1, "gpu_idle"), (0x2, "applications_clocks_setting"), (0x4, "s
                (0x8, "hw_slowdown"), (0x40, "hw_thermal_slowdown"), (0x80, "hw_power_brake_slowdown"),
                (0x10, "sync_boost"), (0x20, "sw_thermal_slowdown"), (0x100, "display_clocks_setting"))
 END_MARKER = "__NVD_PROBE_END__"
+# NVML return codes (nvml.h), by name: what the checks need to tell "not supported" from "could not read".
+ERROR_NAMES = {1: "UNINITIALIZED", 2: "INVALID_ARGUMENT", 3: "NOT_SUPPORTED", 4: "NO_PERMISSION",
+               6: "NOT_FOUND", 8: "INSUFFICIENT_POWER", 9: "DRIVER_NOT_LOADED", 10: "TIMEOUT", 11: "IRQ_ISSUE",
+               12: "LIBRARY_NOT_FOUND", 13: "FUNCTION_NOT_FOUND", 14: "CORRUPTED_INFOROM", 15: "GPU_IS_LOST",
+               16: "RESET_REQUIRED", 17: "OPERATING_SYSTEM", 18: "LIB_RM_VERSION_MISMATCH", 19: "IN_USE",
+               20: "MEMORY", 21: "NO_DATA", 26: "DEPRECATED", 27: "NOT_READY", 999: "UNKNOWN"}
 
 
 def _text(value):
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
+class Failed:  # noqa: UP004 - the probe keeps to Python 3.6 style
+    """What an NVML call raised instead of answering."""
+
+    def __init__(self, exc):
+        code = getattr(exc, "value", None)
+        self.code = code if isinstance(code, int) else None
+        self.name = ERROR_NAMES.get(self.code, "ERROR_%s" % code if code is not None else "UNKNOWN")  # noqa: UP031
+
+    def record(self):
+        return {"error": self.name, "code": self.code}
+
+
 def _try(nvml, name, *args):
-    """Call nvml.<name>(*args); None when the GPU or driver does not support it (N/A in nvidia-smi)."""
+    """Call nvml.<name>(*args): its answer, a :class:`Failed` when NVML raised, None when the binding lacks it."""
     function = getattr(nvml, name, None)
     if function is None:
         return None
     try:
         return function(*args)
-    except nvml.NVMLError:
-        return None
+    except nvml.NVMLError as exc:
+        return Failed(exc)
+
+
+def _ok(value):
+    return value is not None and not isinstance(value, Failed)
+
+
+def _fact(value, convert=None):
+    """The JSON value of a fact: converted when NVML answered, the error record when it raised, else None."""
+    if isinstance(value, Failed):
+        return value.record()
+    if value is None or convert is None:
+        return value
+    return convert(value)
 
 
 def _gpu(nvml, index):
-    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    handle = _try(nvml, "nvmlDeviceGetHandleByIndex", index)
+    if not _ok(handle):
+        failed = handle if isinstance(handle, Failed) else Failed(Exception())
+        return {"index": index, "lost": failed.name == "GPU_IS_LOST", "error": failed.name, "code": failed.code}
+    facts = _gpu_facts(nvml, index, handle)
+    facts["lost"] = any(isinstance(v, dict) and v.get("error") == "GPU_IS_LOST" for v in facts.values())
+    return facts
+
+
+def _gpu_facts(nvml, index, handle):
     pci = _try(nvml, "nvmlDeviceGetPciInfo", handle)
     memory = _try(nvml, "nvmlDeviceGetMemoryInfo", handle)
     ecc = _try(nvml, "nvmlDeviceGetEccMode", handle)
@@ -50,36 +94,37 @@ def _gpu(nvml, index):
     default_mw = _try(nvml, "nvmlDeviceGetPowerManagementDefaultLimit", handle)
     temperature = _try(nvml, "nvmlDeviceGetTemperature", handle, nvml.NVML_TEMPERATURE_GPU)
     reasons = _try(nvml, "nvmlDeviceGetCurrentClocksEventReasons", handle)
-    if reasons is None:
+    if reasons is None or (isinstance(reasons, Failed) and reasons.name == "FUNCTION_NOT_FOUND"):
         reasons = _try(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+    enabled = nvml.NVML_FEATURE_ENABLED
     return {
         "index": index,
-        "name": _text(_try(nvml, "nvmlDeviceGetName", handle)),
-        "uuid": _text(_try(nvml, "nvmlDeviceGetUUID", handle)),
-        "serial": _text(_try(nvml, "nvmlDeviceGetSerial", handle)),
-        "pci_bus_id": _text(pci.busId) if pci is not None else None,
-        "persistence_mode": None if persistence is None else persistence == nvml.NVML_FEATURE_ENABLED,
-        "ecc_mode": None if ecc is None else ecc[0] == nvml.NVML_FEATURE_ENABLED,
-        "ecc_uncorrectable_volatile": _try(nvml, "nvmlDeviceGetTotalEccErrors", handle, uncorrected,
-                                           nvml.NVML_VOLATILE_ECC),
-        "ecc_uncorrectable_aggregate": _try(nvml, "nvmlDeviceGetTotalEccErrors", handle, uncorrected,
-                                            nvml.NVML_AGGREGATE_ECC),
-        "remapped_rows_pending": None if rows is None else bool(rows[2]),
-        "remapped_rows_failure": None if rows is None else bool(rows[3]),
-        "remapped_rows_uncorrectable": None if rows is None else int(rows[1]),
-        "retired_pages_pending": None if retired_pending is None else retired_pending == nvml.NVML_FEATURE_ENABLED,
-        "retired_pages_double_bit": None if retired_dbe is None else len(retired_dbe),
-        "pcie_gen_current": _try(nvml, "nvmlDeviceGetCurrPcieLinkGeneration", handle),
-        "pcie_gen_max": _try(nvml, "nvmlDeviceGetMaxPcieLinkGeneration", handle),
-        "pcie_width_current": _try(nvml, "nvmlDeviceGetCurrPcieLinkWidth", handle),
-        "pcie_width_max": _try(nvml, "nvmlDeviceGetMaxPcieLinkWidth", handle),
-        "memory_total_mib": None if memory is None else int(memory.total // (1024 * 1024)),
-        "temperature_c": None if temperature is None else float(temperature),
-        "power_limit_w": None if limit_mw is None else limit_mw / 1000.0,
-        "default_power_limit_w": None if default_mw is None else default_mw / 1000.0,
-        "mig_mode": None if mig is None else mig[0] == nvml.NVML_DEVICE_MIG_ENABLE,
-        "clocks_event_reasons_active": [] if reasons is None else [name for bit, name in REASON_BITS
-                                                                   if reasons & bit],
+        "name": _fact(_try(nvml, "nvmlDeviceGetName", handle), _text),
+        "uuid": _fact(_try(nvml, "nvmlDeviceGetUUID", handle), _text),
+        "serial": _fact(_try(nvml, "nvmlDeviceGetSerial", handle), _text),
+        "pci_bus_id": _fact(pci, lambda p: _text(p.busId)),
+        "persistence_mode": _fact(persistence, lambda v: v == enabled),
+        "ecc_mode": _fact(ecc, lambda v: v[0] == enabled),
+        "ecc_uncorrectable_volatile": _fact(_try(nvml, "nvmlDeviceGetTotalEccErrors", handle, uncorrected,
+                                                 nvml.NVML_VOLATILE_ECC)),
+        "ecc_uncorrectable_aggregate": _fact(_try(nvml, "nvmlDeviceGetTotalEccErrors", handle, uncorrected,
+                                                  nvml.NVML_AGGREGATE_ECC)),
+        "remapped_rows_pending": _fact(rows, lambda r: bool(r[2])),
+        "remapped_rows_failure": _fact(rows, lambda r: bool(r[3])),
+        "remapped_rows_uncorrectable": _fact(rows, lambda r: int(r[1])),
+        "retired_pages_pending": _fact(retired_pending, lambda v: v == enabled),
+        "retired_pages_double_bit": _fact(retired_dbe, len),
+        "pcie_gen_current": _fact(_try(nvml, "nvmlDeviceGetCurrPcieLinkGeneration", handle)),
+        "pcie_gen_max": _fact(_try(nvml, "nvmlDeviceGetMaxPcieLinkGeneration", handle)),
+        "pcie_width_current": _fact(_try(nvml, "nvmlDeviceGetCurrPcieLinkWidth", handle)),
+        "pcie_width_max": _fact(_try(nvml, "nvmlDeviceGetMaxPcieLinkWidth", handle)),
+        "memory_total_mib": _fact(memory, lambda m: int(m.total // (1024 * 1024))),
+        "temperature_c": _fact(temperature, float),
+        "power_limit_w": _fact(limit_mw, lambda mw: mw / 1000.0),
+        "default_power_limit_w": _fact(default_mw, lambda mw: mw / 1000.0),
+        "mig_mode": _fact(mig, lambda v: v[0] == nvml.NVML_DEVICE_MIG_ENABLE),
+        "clocks_event_reasons_active": _fact(reasons, lambda r: [name for bit, name in REASON_BITS if r & bit])
+        if reasons is not None else [],
     }
 
 
@@ -91,7 +136,7 @@ def collect(nvml):
         facts = {
             "format": "nvml",
             "driver_version": _text(nvml.nvmlSystemGetDriverVersion()),
-            "cuda_version": None if cuda is None else "%d.%d" % (cuda // 1000, (cuda % 1000) // 10),  # noqa: UP031
+            "cuda_version": "%d.%d" % (cuda // 1000, (cuda % 1000) // 10) if _ok(cuda) else None,  # noqa: UP031
             "gpus": [],
         }
         count = nvml.nvmlDeviceGetCount()

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nvdeploy.sim.scenario import NodeFacts, NodeScenario, node_facts, register_fault
-from nvdeploy.sim.tools import ToolOutput, register_tool
+from nvdeploy.sim.tools import OUTPUT_FILTERS, ToolOutput, register_tool
 
 register_fault("no_python", "the node has no python3: the NVML probe cannot run and nvidia-smi is used instead")
 
@@ -27,6 +27,10 @@ class NVMLError(Exception):
 
 NOT_SUPPORTED = 3
 DRIVER_NOT_LOADED = 9
+GPU_IS_LOST = 15
+UNKNOWN = 999
+# Of a lost GPU, NVML still hands out the handle and the PCI data the driver recorded at probe time.
+_LOST_ANSWERS = {"nvmlDeviceGetHandleByIndex", "nvmlDeviceGetPciInfo"}
 
 
 def fake_nvml(facts: NodeFacts) -> Any:
@@ -95,7 +99,37 @@ def fake_nvml(facts: NodeFacts) -> Any:
     nvml.nvmlDeviceGetMigMode = mig
     # hw_slowdown | sw_thermal_slowdown | hw_thermal_slowdown, as the simulated XML marks a throttling GPU.
     nvml.nvmlDeviceGetCurrentClocksEventReasons = lambda g: (0x8 | 0x20 | 0x40) if g.thermal_slowdown else 0
+    ecc_errors = nvml.nvmlDeviceGetTotalEccErrors
+
+    def total_ecc(g: Any, kind: int, counter: int) -> int:
+        if g.ecc_unreadable:
+            raise NVMLError(UNKNOWN)
+        return ecc_errors(g, kind, counter)
+
+    nvml.nvmlDeviceGetTotalEccErrors = total_ecc
+    for name in [n for n in vars(nvml) if n.startswith("nvmlDevice") and n not in _LOST_ANSWERS]:
+        setattr(nvml, name, _unless_lost(getattr(nvml, name)))
     return nvml
+
+
+def _unless_lost(function: Any) -> Any:
+    def call(*args: Any) -> Any:
+        if args and getattr(args[0], "lost", False):
+            raise NVMLError(GPU_IS_LOST)
+        return function(*args)
+
+    return call
+
+
+def _lost_gpu_exit(scenario: NodeScenario, tool: str, args: Sequence[str], output: ToolOutput) -> ToolOutput:
+    """nvidia-smi's queries exit 15 (NVML_ERROR_GPU_IS_LOST) while a GPU of the node is lost."""
+    query = "-q" in args or "--query" in args or any(a.startswith("--query-gpu") for a in args)
+    if tool == "nvidia-smi" and query and output.rc == 0 and scenario.has("gpu_lost"):
+        return ToolOutput(output.stdout, output.stderr, 15, output.hang, output.delay_s)
+    return output
+
+
+OUTPUT_FILTERS.append(_lost_gpu_exit)
 
 
 def run_probe(scenario: NodeScenario) -> ToolOutput:

@@ -24,6 +24,11 @@ Faults (each changes only what is listed; a GPU index beyond the node's GPUs mea
 - ``gpu_missing``: ``nvidia-smi`` lists count-1 GPUs (the last one absent); ``lspci`` lists all.
 - ``persistence_off``: every GPU shows Persistence Mode Disabled.
 - ``ecc_uncorrectable``: GPU 3 has volatile and aggregate DRAM uncorrectable ECC errors = 2; kernel log Xid 48.
+- ``ecc_unknown``: GPU 7's ECC error counters cannot be read: nvidia-smi prints ``Unknown Error`` (XML) /
+  ``[Unknown Error]`` (CSV) for each count, NVML's ``nvmlDeviceGetTotalEccErrors`` raises NVML_ERROR_UNKNOWN (999).
+- ``gpu_lost``: GPU 6 is lost (NVML_ERROR_GPU_IS_LOST, 15): every NVML call on it but the handle and its PCI info
+  raises 15; ``nvidia-smi -q -x`` / ``--query-gpu`` still list it with ``GPU is lost`` / ``[GPU is lost]`` for every
+  value but its PCI bus id, and exit 15; the kernel log has Xid 79 for it.
 - ``row_remap_pending``: GPU 2 remapped rows Pending = Yes with 1 uncorrectable remapped row; kernel log Xid 63.
 - ``row_remap_failure``: GPU 5 remapped rows Remapping Failure Occurred = Yes; kernel log Xid 64.
 - ``xid<N>`` (e.g. ``xid79``, ``xid48``, ``xid13``): the kernel log has a realistic ``NVRM: Xid`` line for Xid N on
@@ -50,7 +55,7 @@ from nvdeploy.profiles import Profile, ProfileCatalog
 
 IMPLEMENTED_FAULTS = (
     "unreachable", "auth_fail", "hang", "driver_missing", "driver_mismatch", "gpu_missing", "persistence_off",
-    "ecc_uncorrectable", "row_remap_pending", "row_remap_failure",
+    "ecc_uncorrectable", "row_remap_pending", "row_remap_failure", "ecc_unknown", "gpu_lost",
 )
 RESERVED_FAULTS = ("nvlink_down", "pcie_degraded", "thermal_throttle", "mig_enabled")
 KNOWN_FAULTS = frozenset(IMPLEMENTED_FAULTS + RESERVED_FAULTS)
@@ -76,6 +81,8 @@ REMAP_FAILURE_GPU = 5
 XID_GPU = 1
 PCIE_DEGRADED_GPU = 4
 THERMAL_GPU = 6
+LOST_GPU = 6
+ECC_UNKNOWN_GPU = 7
 
 MISMATCH_DRIVER = ("535.161.08", "12.2")
 _MISMATCH_FALLBACK = ("550.90.07", "12.4")
@@ -220,6 +227,10 @@ class SimGpu:
     remap_pending: bool = False
     remap_failure: bool = False
     thermal_slowdown: bool = False
+    # ``gpu_lost``: every query but the handle and PCI info fails with GPU_IS_LOST.
+    lost: bool = False
+    # ``ecc_unknown``: the ECC error counters cannot be read (NVML_ERROR_UNKNOWN).
+    ecc_unreadable: bool = False
 
     @property
     def bus_id(self) -> str:
@@ -368,6 +379,12 @@ def _apply_gpu_faults(scenario: NodeScenario, gpus: list[SimGpu]) -> None:
     if scenario.has("thermal_throttle"):
         i = _fault_gpu(THERMAL_GPU, count)
         gpus[i] = replace(gpus[i], temperature_c=91, thermal_slowdown=True)
+    if scenario.has("ecc_unknown"):
+        i = _fault_gpu(ECC_UNKNOWN_GPU, count)
+        gpus[i] = replace(gpus[i], ecc_unreadable=True)
+    if scenario.has("gpu_lost"):
+        i = _fault_gpu(LOST_GPU, count)
+        gpus[i] = replace(gpus[i], lost=True)
 
 
 def _xid_events(scenario: NodeScenario, count: int) -> tuple[tuple[int, int], ...]:
@@ -383,4 +400,6 @@ def _xid_events(scenario: NodeScenario, count: int) -> tuple[tuple[int, int], ..
             events.append((_fault_gpu(REMAP_PENDING_GPU, count), 63))
         elif fault == "row_remap_failure":
             events.append((_fault_gpu(REMAP_FAILURE_GPU, count), 64))
+        elif fault == "gpu_lost":
+            events.append((_fault_gpu(LOST_GPU, count), 79))
     return tuple(events)

@@ -15,6 +15,11 @@ from nvdeploy.sim.scenario import NodeFacts, SimGpu
 
 SIM_TIME = datetime.datetime(2026, 7, 14, 11, 12, 53)
 NA = "N/A"
+# What nvidia-smi prints in place of a value NVML failed to read (nvmlErrorString of the error).
+UNKNOWN_ERROR = "Unknown Error"
+GPU_IS_LOST = "GPU is lost"
+# Of a lost GPU nvidia-smi still knows where it sits on the bus (the driver's PCI data), nothing else.
+_LOST_KEEPS = {"pci_bus", "pci_device", "pci_domain", "pci_device_id", "pci_bus_id", "pci_sub_system_id"}
 
 
 class _Text:
@@ -92,7 +97,19 @@ def _ecc_counts(gpu: SimGpu, aggregate: bool) -> list[Node]:
                          ("dram_uncorrectable", str(dram_unc))]
     if aggregate:
         nodes.append(("sram_threshold_exceeded", "No"))
+    if gpu.ecc_unreadable:
+        nodes = [(tag, UNKNOWN_ERROR) for tag, _ in nodes]
     return nodes
+
+
+def _lost(node: Node) -> Node:
+    """``node`` as nvidia-smi prints it for a lost GPU: every value ``GPU is lost`` but the PCI location."""
+    tag, value = node
+    if isinstance(value, list):
+        return (tag, [_lost(child) for child in value])
+    if isinstance(value, str) and tag.split(" ", 1)[0] not in _LOST_KEEPS:
+        return (tag, GPU_IS_LOST)
+    return node
 
 
 def _gpu_node(facts: NodeFacts, gpu: SimGpu) -> Node:
@@ -249,6 +266,8 @@ def _gpu_node(facts: NodeFacts, gpu: SimGpu) -> Node:
         ("processes", []),
         ("accounted_processes", []),
     ]
+    if gpu.lost:
+        children = [_lost(child) for child in children]
     return (f"gpu id={quoteattr(gpu.bus_id)}", children)
 
 
@@ -328,8 +347,12 @@ def render_query_csv(facts: NodeFacts, fields: list[str], header: bool = True, u
         lines.append(", ".join(f"{h} [{u}]" if u and units else h for h, u, _ in specs))
     for gpu in facts.gpus:
         values = []
-        for _, unit, value in specs:
+        for header, unit, value in specs:
             text = value(facts, gpu)
+            if gpu.lost and header not in ("index", "pci.bus_id", "timestamp", "driver_version", "count"):
+                text = f"[{GPU_IS_LOST}]"
+            elif gpu.ecc_unreadable and header.startswith("ecc.errors."):
+                text = f"[{UNKNOWN_ERROR}]"
             values.append(f"{text} {unit}" if unit and units and not text.startswith("[") else text)
         lines.append(", ".join(values))
     return "".join(line + "\n" for line in lines)

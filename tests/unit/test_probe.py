@@ -21,7 +21,8 @@ from nvdeploy.sim.tools import run_tool
 
 CATALOG = ProfileCatalog()
 FAULTS = [(), ("persistence_off",), ("ecc_uncorrectable",), ("row_remap_pending",), ("row_remap_failure",),
-          ("gpu_missing",), ("driver_mismatch",), ("pcie_degraded",), ("thermal_throttle",), ("mig_enabled",)]
+          ("gpu_missing",), ("driver_mismatch",), ("pcie_degraded",), ("thermal_throttle",), ("mig_enabled",),
+          ("ecc_unknown",), ("gpu_lost",), ("gpu_lost", "ecc_unknown")]
 
 
 @pytest.mark.parametrize("profile", CATALOG.names())

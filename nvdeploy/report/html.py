@@ -169,6 +169,29 @@ def _meta(run: RunResult) -> list[tuple[str, str]]:
             ("Inventory", run.inventory or "?"), ("nvdeploy", run.nvdeploy_version or "?")]
 
 
+def _sizing_rows(run: RunResult) -> list[dict[str, Any]]:
+    """Measured vs profile/datasheet figures (busbw, power) that ``nvdeploy size --run`` would use; empty when the
+    run measured none. A profile the built-in catalog lacks (or cannot read) just has no reference figure."""
+    from nvdeploy.profiles import ProfileCatalog
+    from nvdeploy.sizing.measured import comparison_rows
+    from nvdeploy.sizing.sku import sku_figures
+    from nvdeploy.yamlfile import ConfigError
+
+    names = {stamp.split("@", 1)[0] for stamp in run.profiles.values()}
+    names.update(node.profile.split("@", 1)[0] for node in run.nodes if node.profile)
+    skus = {}
+    try:
+        catalog = ProfileCatalog()
+    except FileNotFoundError:
+        return comparison_rows(run, {})
+    for name in sorted(names):
+        try:
+            skus[name] = sku_figures(catalog.get(name))
+        except (KeyError, ConfigError, OSError):
+            continue
+    return comparison_rows(run, skus)
+
+
 def render_html(run: RunResult, diff: Optional[RunDiff] = None, run_dir: Optional[Path] = None,
                 excerpt_budget: int = EXCERPT_BUDGET) -> bytes:
     """The report as one self-contained HTML file.
@@ -193,7 +216,7 @@ def render_html(run: RunResult, diff: Optional[RunDiff] = None, run_dir: Optiona
     html = _ENV.get_template("report.html.j2").render(
         run=run, verdict=verdict, verdict_text=verdict.replace("_", " "), why=why(run), counts=run.counts(),
         order=ORDER, meta=_meta(run), steps=steps, action_text=action_text(run, steps), checks=checks, rows=rows,
-        cell_text=CELL_TEXT, cluster_findings=list(run.cluster_findings),
+        cell_text=CELL_TEXT, cluster_findings=list(run.cluster_findings), sizing_rows=_sizing_rows(run),
         diff=diff, diff_groups=diff_groups, charts=bandwidth_charts(run), low_pct=LOW_PCT, sections=sections,
         excerpts_dropped=dropped, all_nodes=_all_nodes(run), data=data, script=Markup(script),  # noqa: S704
         csp=Markup(content_security_policy(script)),  # noqa: S704 - our constant: quotes must stay quotes

@@ -55,14 +55,22 @@ def measured_figures(run: RunResult) -> dict[str, dict[str, Measured]]:
     return out
 
 
+_WORDS = {"busbw_gbps": ("all_reduce busbw inside a node", "GB/s", "the profile's"),
+          "multinode_busbw_gbps": ("all_reduce busbw across nodes", "GB/s", "the profile's"),
+          "power_w": ("GPU power limit read from the nodes", "W", "the datasheet TDP")}
+
+
 def apply_measured(sku: SkuFigures, measured: dict[str, Measured], run_id: str) -> SkuFigures:
     """``sku`` with the run's figures in place of the datasheet/profile ones, each replacement said in words."""
     changes: dict[str, float] = {}
     said = []
     for figure, item in sorted(measured.items()):
         changes[figure] = item.value
-        said.append(f"{figure} {item.value:g} measured in run {run_id} (median of {item.nodes} node"
-                    f"{'s' if item.nodes != 1 else ''}) instead of {getattr(sku, figure)!r} from the profile")
+        label, unit, reference = _WORDS[figure]
+        before = getattr(sku, figure)
+        said.append(f"{label} {item.value:g} {unit} from run {run_id} (median of {item.nodes} node"
+                    f"{'s' if item.nodes != 1 else ''}) instead of {reference} "
+                    + (f"{before:g} {unit}" if before is not None else "(none)"))
     return replace(sku, measured=sku.measured + tuple(said), **changes) if changes else sku
 
 

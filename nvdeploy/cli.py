@@ -16,6 +16,7 @@ import click
 
 from nvdeploy import __version__
 from nvdeploy.builtin import data_dir
+from nvdeploy.commands.slurm import slurm_options
 from nvdeploy.engine import EngineOptions, Interrupted
 from nvdeploy.hostrange import fold
 from nvdeploy.inventory import Inventory, load_inventory
@@ -171,16 +172,18 @@ def _install_sigterm() -> None:
               "until the bad node is named (bisect); all at once only; or disjoint pairs in parallel rounds.")
 @click.option("--no-history", is_flag=True, help="Do not record the run in <out>/history.sqlite.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the verdict and the report path.")
+@slurm_options
 def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Optional[str], forks: int,
              deadline: Optional[float], out_base: Path, fail_on_warn: bool, level: str, connect_timeout: float,
              accept_new_host_keys: bool, ask_sudo_pass: bool, baseline: Optional[Path],
-             prometheus_file: Optional[Path], nccl_pattern: str, no_history: bool, quiet: bool) -> None:
+             prometheus_file: Optional[Path], nccl_pattern: str, no_history: bool, quiet: bool,
+             slurm: Any = None) -> None:
     """Validate every node of INVENTORY and write results.json, report.html and junit.xml.
 
     Exit 0 READY, 1 NOT_READY, 2 bad input, 3 INCOMPLETE (some node could not be checked), 130 interrupted.
     """
     from nvdeploy.levels import load_levels
-    from nvdeploy.phases.validate import resume_validate, run_validate
+    from nvdeploy.phases.validate import resume_validate
 
     if resume_dir is not None and inventory is None:
         inventory = _inventory_of_run(resume_dir)
@@ -205,7 +208,10 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
         if resume_dir is not None:
             outcome = resume_validate(resume_dir, inv, catalog, options)
         else:
-            outcome = run_validate(inv, catalog, options, out_base, fail_on_warn=fail_on_warn, level=level)
+            from nvdeploy.commands.slurm import validate_with_slurm
+
+            outcome = validate_with_slurm(inv, catalog, options, out_base, fail_on_warn, level, slurm,
+                                          lambda text: click.echo(_terminal_safe(text), err=True))
     except (OutputError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from None
     diff_text = _after_run(outcome, baseline, prometheus_file,

@@ -19,7 +19,7 @@ from nvdeploy.yamlfile import ConfigError, LocDict, LocList, line_of, load_yaml_
 
 CONNECTIONS = ("ssh", "local", "sim")
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,252}$")
-_GROUP_KEYS = {"hosts", "vars", "children"}
+_GROUP_KEYS = {"hosts", "vars", "children", "slurm"}
 
 
 def _is_str(value: Any) -> bool:
@@ -235,10 +235,24 @@ class _Loader:
             raise self.error("a group must be a mapping with hosts, vars or children", parent, name)
         for key in body:
             if key not in _GROUP_KEYS:
-                raise self.error("unknown key in group (allowed: hosts, vars, children)", body, key)
+                raise self.error("unknown key in group (allowed: hosts, vars, children, slurm)", body, key)
         group_vars, group_lines = self.check_vars(body.get("vars"), body, "vars")
         self.groups.setdefault(name, set())
         members: list[str] = []
+        slurm_nodes: Optional[dict[str, Any]] = None
+        if body.get("slurm") is not None:
+            # The group's hosts come from Slurm (nvdeploy/slurm/source.py); hosts: below only add vars to them.
+            from nvdeploy.slurm.source import resolve_group
+
+            slurm_nodes, slurm_known = resolve_group(body["slurm"], body, "slurm", self.file)
+            for host_name, node in slurm_nodes.items():
+                if host_name not in self.layers:
+                    self.layers[host_name] = []
+                    self.order.append(host_name)
+                    self.host_lines[host_name] = line_of(body, "slurm") or 0
+                # Lowest precedence: Slurm's facts are data about the node, never a setting that overrides one.
+                self.layers[host_name].append((-1, {"slurm_node": node.to_dict()}, {}))
+                members.append(host_name)
         hosts = body.get("hosts")
         if hosts is not None:
             if isinstance(hosts, LocList):
@@ -259,6 +273,12 @@ class _Loader:
                         raise self.error(f"invalid host name {host_name!r} (letters, digits, '.', '_', '-'; "
                                          "must not start with '-')", hosts, pattern)
                 values, lines = self.check_vars(host_vars, hosts, pattern)
+                if slurm_nodes is not None:
+                    unknown = [n for n in names if n not in slurm_known]
+                    if unknown:
+                        raise self.error(f"Slurm knows no node {unknown[0]!r} (this group's hosts come from Slurm;"
+                                         " hosts: only adds variables to them)", hosts, pattern)
+                    names = [n for n in names if n in slurm_nodes]  # filtered out by partition/states/nodes
                 for host_name in names:
                     if host_name not in self.layers:
                         self.layers[host_name] = []

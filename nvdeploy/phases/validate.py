@@ -64,8 +64,10 @@ def finish_run(header: dict, nodes: list[NodeResult], order: list[str], interrup
 
 def run_validate(inventory: Inventory, catalog: ProfileCatalog, options: EngineOptions, out_base: Path,
                  fail_on_warn: bool = False, level: str = "quick",
-                 progress: Optional[Callable[[NodeResult], None]] = None) -> ValidateOutcome:
-    run_id = new_run_id()
+                 progress: Optional[Callable[[NodeResult], None]] = None,
+                 run_id: Optional[str] = None) -> ValidateOutcome:
+    # A caller may pick the id first (the Slurm maintenance reservation is named after the run).
+    run_id = run_id or new_run_id()
     run_dir = out_base / safe_name(inventory.cluster) / run_id
     recorder = RunRecorder(run_dir)
     profiles = {name: catalog.get(name).stamp for name in sorted({h.profile for h in inventory.hosts if h.profile})}

@@ -1,0 +1,149 @@
+"""The Slurm options of ``nvdeploy validate`` (drain/resume, maintenance window, ``--via slurm``) and the run
+around the validation (nvdeploy/slurm/window.py). ``node-check`` is in node_check.py."""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import click
+
+from nvdeploy.slurm.drain import Policy
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``30m``, ``2h``, ``1d`` -> seconds."""
+    match = _DURATION.match(text or "")
+    if not match or float(match.group(1)) <= 0:
+        raise click.BadParameter(f"{text!r} is not a duration (e.g. 90s, 30m, 2h)")
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+class Duration(click.ParamType):
+    name = "DURATION"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        if isinstance(value, (int, float)):
+            return float(value)
+        try:
+            return parse_duration(str(value))
+        except click.BadParameter as exc:
+            self.fail(str(exc), param, ctx)
+
+
+@dataclass(frozen=True)
+class SlurmCli:
+    drain_failed: bool = False
+    drain_on_error: bool = False
+    resume_passed: bool = False
+    dry_run: bool = False
+    maintenance_s: Optional[float] = None
+    wait_drain_s: float = 0.0
+    via: str = "ssh"
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    exclusive: bool = True
+    mpi: str = "pmix"
+    slurm_timeout_s: float = 30.0
+
+
+_OPTIONS = [
+    click.option("--drain-failed", is_flag=True, help="Slurm: drain the nodes that FAIL, with a reason naming the "
+                 "failed checks (sinfo -R)."),
+    click.option("--drain-on-error", is_flag=True, help="With --drain-failed: drain ERROR nodes too (not those "
+                 "only busy or interrupted)."),
+    click.option("--resume-passed", is_flag=True, help="Slurm: resume the nodes that PASS, only if nvdeploy drained "
+                 "them (a reason set by someone else is never overridden)."),
+    click.option("--dry-run", "slurm_dry_run", is_flag=True, help="Slurm: print the scontrol commands (drain, "
+                 "resume, reservation) instead of running them."),
+    click.option("--maintenance", "maintenance_s", type=Duration(), default=None, help="Slurm: hold the nodes in a "
+                 "maintenance reservation (flags=maint, named after the run) for DURATION (2h, 90m) during the "
+                 "run; deleted at the end, even on Ctrl-C."),
+    click.option("--wait-drain", "wait_drain_s", type=Duration(), default=None, help="With --maintenance: wait up "
+                 "to DURATION for running jobs to end; nodes still busy get ERROR busy for heavy checks."),
+    click.option("--via", type=click.Choice(["ssh", "slurm"]), default="ssh", show_default=True,
+                 help="How to reach the nodes: the hosts' connection (ssh), or one srun job step over all of them "
+                 "(slurm; the same node batch, parsed and judged the same)."),
+    click.option("--partition", default=None, help="--via slurm: srun --partition."),
+    click.option("--account", default=None, help="--via slurm: srun --account."),
+    click.option("--qos", default=None, help="--via slurm: srun --qos."),
+    click.option("--no-exclusive", is_flag=True, help="--via slurm: do not ask srun for whole nodes."),
+    click.option("--srun-mpi", "srun_mpi", default="pmix", show_default=True,
+                 help="--via slurm: the MPI plugin of multi-node nccl-tests (srun --mpi=...)."),
+    click.option("--slurm-timeout", "slurm_timeout_s", type=click.FloatRange(min=1), default=30.0,
+                 show_default=True, help="Seconds for each Slurm client command (sinfo, scontrol, squeue)."),
+]
+
+
+def slurm_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Adds the Slurm options to a click command and hands them to it as one ``slurm`` argument."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        wait = kwargs.pop("wait_drain_s")
+        opts = SlurmCli(drain_failed=kwargs.pop("drain_failed"), drain_on_error=kwargs.pop("drain_on_error"),
+                        resume_passed=kwargs.pop("resume_passed"), dry_run=kwargs.pop("slurm_dry_run"),
+                        maintenance_s=kwargs.pop("maintenance_s"), wait_drain_s=wait or 0.0,
+                        via=kwargs.pop("via"), partition=kwargs.pop("partition"), account=kwargs.pop("account"),
+                        qos=kwargs.pop("qos"), exclusive=not kwargs.pop("no_exclusive"),
+                        mpi=kwargs.pop("srun_mpi"), slurm_timeout_s=kwargs.pop("slurm_timeout_s"))
+        if opts.drain_on_error and not opts.drain_failed:
+            raise click.UsageError("--drain-on-error needs --drain-failed")
+        if wait is not None and opts.maintenance_s is None:
+            raise click.UsageError("--wait-drain needs --maintenance")
+        return func(*args, slurm=opts, **kwargs)
+
+    for option in reversed(_OPTIONS):
+        wrapper = option(wrapper)
+    return wrapper
+
+
+def validate_with_slurm(inv: Any, catalog: Any, options: Any, out_base: Path, fail_on_warn: bool, level: str,
+                        slurm: SlurmCli, echo: Callable[[str], None]) -> Any:
+    """run_validate inside the Slurm steps; returns a ValidateOutcome whose exit code counts them."""
+    from nvdeploy.phases.validate import ValidateOutcome, new_run_id, run_validate
+    from nvdeploy.report import write_reports
+    from nvdeploy.slurm.client import SlurmClient, SlurmError
+    from nvdeploy.slurm.window import SlurmRunOptions, SlurmWindow, exit_code, slurm_nodes_of
+
+    run_options = SlurmRunOptions(
+        policy=Policy(slurm.drain_failed, slurm.drain_on_error, slurm.resume_passed), dry_run=slurm.dry_run,
+        maintenance_s=slurm.maintenance_s, wait_drain_s=slurm.wait_drain_s,
+        allow_busy=bool(getattr(options, "allow_busy", False)), via=slurm.via, timeout_s=slurm.slurm_timeout_s)
+    if not run_options.needs_slurm and not slurm_nodes_of(inv):
+        return run_validate(inv, catalog, options, out_base, fail_on_warn=fail_on_warn, level=level)
+    client = SlurmClient(timeout_s=slurm.slurm_timeout_s, dry_run=slurm.dry_run)
+    window = SlurmWindow(inv, run_options, client, echo)
+    run_id = new_run_id()
+    try:
+        try:
+            inv = window.open(run_id, level)
+        except SlurmError as exc:
+            # Nothing was touched yet: a usage/config-level failure (exit 2) with Slurm's own words.
+            click.echo(f"nvdeploy: error: Slurm: {exc.message} ({' '.join(exc.command)})", err=True)
+            raise click.exceptions.Exit(2) from None
+        if slurm.via == "slurm":
+            from nvdeploy.slurm.srun import SrunOptions, SrunPool
+
+            pool = SrunPool(inv.hosts, catalog, options, SrunOptions(
+                reservation=window.reservation.name if window.reservation and window.reservation.created else None,
+                partition=slurm.partition, account=slurm.account, qos=slurm.qos, exclusive=slurm.exclusive,
+                mpi=slurm.mpi), client)
+            options = replace(options, transport_factory=pool.transport_for)
+        outcome = run_validate(inv, catalog, options, out_base, fail_on_warn=fail_on_warn, level=level,
+                               run_id=run_id)
+        interrupted = outcome.exit_code in (130, 143)
+        run, failed = window.finish(outcome.run, catalog, interrupted)
+        reports = write_reports(run, outcome.run_dir)
+        for line in client.printed:
+            echo(f"dry-run: {line}")
+        return ValidateOutcome(run, outcome.run_dir, reports, exit_code(outcome.exit_code, failed))
+    finally:
+        window.close()

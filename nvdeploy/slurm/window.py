@@ -1,0 +1,213 @@
+"""A validation run in Slurm's terms: before it, the maintenance reservation and the busy nodes; after it, the
+Slurm facts and ``slurm.gres`` findings on each node, drain/resume, the reservation deleted, and every scheduler
+action recorded in results.json (``phases[]`` entry ``slurm``) and the report.
+
+A scheduler step that could not be completed (slurmctld gone after validation) is a cluster finding
+``slurm.actions`` ERROR and makes the exit status 3: a half-done drain is never silent.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Optional
+
+from nvdeploy.inventory import Host, Inventory
+from nvdeploy.results import ErrorReason, ExitCode, Finding, NodeResult, Remediation, Verdict
+from nvdeploy.slurm import reservation as resv
+from nvdeploy.slurm.client import SlurmClient, SlurmError
+from nvdeploy.slurm.drain import Action, Policy, apply_actions, plan_actions
+from nvdeploy.slurm.findings import gres_finding
+from nvdeploy.slurm.nodes import SlurmNode, node_from_facts
+from nvdeploy.slurm.source import FACTS_VAR
+
+ACTIONS_CHECK = "slurm.actions"
+BUSY_VAR = "slurm_busy"
+HEAVY_LEVELS = ("standard", "full")
+
+
+@dataclass(frozen=True)
+class SlurmRunOptions:
+    policy: Policy = Policy()
+    dry_run: bool = False
+    maintenance_s: Optional[float] = None
+    wait_drain_s: float = 0.0
+    allow_busy: bool = False
+    via: str = "ssh"
+    timeout_s: float = 30.0
+
+    @property
+    def needs_slurm(self) -> bool:
+        return self.policy.active or self.maintenance_s is not None or self.via == "slurm"
+
+
+def slurm_nodes_of(inventory: Inventory) -> dict[str, SlurmNode]:
+    return {h.name: node_from_facts(h.name, h.vars[FACTS_VAR]) for h in inventory.hosts
+            if isinstance(h.vars.get(FACTS_VAR), dict)}
+
+
+def with_facts(inventory: Inventory, nodes: dict[str, SlurmNode], extra: Optional[dict[str, dict]] = None
+               ) -> Inventory:
+    """The inventory with fresh Slurm facts (and ``extra`` vars) in each listed host's variables."""
+    hosts = []
+    for host in inventory.hosts:
+        values = dict(host.vars)
+        if host.name in nodes:
+            values[FACTS_VAR] = nodes[host.name].to_dict()
+        values.update((extra or {}).get(host.name, {}))
+        hosts.append(replace(host, vars=values) if values != dict(host.vars) else host)
+    return replace(inventory, hosts=tuple(hosts))
+
+
+@dataclass
+class SlurmWindow:
+    inventory: Inventory
+    options: SlurmRunOptions
+    client: SlurmClient
+    echo: Callable[[str], None] = lambda text: None
+    reservation: Optional[resv.Reservation] = None
+    notes: list[str] = field(default_factory=list)
+    busy: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def names(self) -> list[str]:
+        return [h.name for h in self.inventory.hosts]
+
+    def _refresh(self) -> dict[str, SlurmNode]:
+        wanted = set(self.names)
+        return {n.name: n for n in self.client.nodes() if n.name in wanted}
+
+    def open(self, run_id: str, level: str) -> Inventory:
+        """Before the run: facts for every node, the reservation, the wait for jobs, the busy guard.
+        Raises SlurmError (the CLI exits 2: nothing was touched yet)."""
+        known = slurm_nodes_of(self.inventory)
+        nodes = self._refresh() if self.options.needs_slurm or not known else known
+        missing = [n for n in self.names if n not in nodes]
+        if missing and (self.options.policy.active or self.options.maintenance_s is not None
+                        or self.options.via == "slurm"):
+            raise SlurmError(["sinfo"], f"Slurm knows no node {', '.join(missing[:5])}"
+                             f"{' ...' if len(missing) > 5 else ''} of the inventory")
+        if self.options.maintenance_s is not None:
+            self.reservation = resv.create(self.client, run_id, self.names, self.options.maintenance_s)
+            self.echo(f"slurm: reservation {self.reservation.name} (flags=maint) on {len(self.names)} node(s)"
+                      + (" [dry-run]" if self.options.dry_run else ""))
+            if self.options.wait_drain_s > 0 and not self.options.dry_run:
+                started = time.monotonic()
+                left = resv.wait_for_jobs(self.client, self.names, self.options.wait_drain_s)
+                self.notes.append(f"waited {time.monotonic() - started:.0f} s for running jobs; "
+                                  f"{len(left)} node(s) still had jobs")
+                nodes = self._refresh()
+        if level in HEAVY_LEVELS and not self.options.allow_busy:
+            try:
+                jobs = self.client.jobs_on([n for n, node in nodes.items() if node.busy])
+            except SlurmError:
+                jobs = {}  # the node's own state still says it is busy; only the job ids are missing
+            for name, node in nodes.items():
+                if node.busy and not (node.drained and not jobs.get(name)):
+                    held = ", ".join(jobs.get(name, [])) or f"{node.alloc_cpus} CPUs allocated"
+                    self.busy[name] = f"Slurm job(s) running: {held} (node {node.short_state}); heavy checks not run"
+        return with_facts(self.inventory, nodes, {n: {BUSY_VAR: text} for n, text in self.busy.items()})
+
+    def close(self) -> None:
+        """Delete the reservation (safe to call twice; the CLI calls it in a finally, so Ctrl-C deletes it too)."""
+        resv.delete(self.client, self.reservation)
+
+    def finish(self, run: Any, catalog: Any, interrupted: bool) -> tuple[Any, bool]:
+        """Facts, findings and scheduler actions onto ``run`` (a RunResult); returns (run, any step failed)."""
+        label = run.run_id
+        before = slurm_nodes_of(self.inventory)
+        failed_steps: list[str] = []
+        current: dict[str, SlurmNode] = {}
+        if self.options.policy.active:
+            try:
+                current = self._refresh()  # someone may have drained a node while we validated
+            except SlurmError as exc:
+                failed_steps.append(f"could not read node states after validation: {exc.message}")
+        nodes = []
+        for node in run.nodes:
+            facts_node = current.get(node.name) or before.get(node.name)
+            if facts_node is None:
+                nodes.append(node)
+                continue
+            extra: list[Finding] = []
+            expected = _expected_gpus(catalog, node)
+            if not any(f.check == "slurm.gres" for f in node.findings):
+                extra.append(gres_finding(facts_node, expected, node.profile))
+            facts = dict(node.facts)
+            facts["slurm"] = facts_node.to_dict()
+            nodes.append(replace(node.with_findings(extra), facts=facts))
+        actions: list[Action] = []
+        if self.options.policy.active:
+            if failed_steps:
+                actions = [Action(n.name, "unknown", "not done: Slurm did not answer after validation",
+                                  status="failed", error=failed_steps[0]) for n in nodes]
+            else:
+                planned = plan_actions(nodes, current, self.options.policy, label)
+                if interrupted:
+                    planned = [a if a.action not in ("drain", "resume") else
+                               replace(a, action="none", message="run interrupted: no scheduler action")
+                               for a in planned]
+                actions = apply_actions(planned, self.client)
+                failed_steps += [f"{a.action} {a.node}: {a.error}" for a in actions if a.status == "failed"]
+        self.close()
+        if self.reservation is not None and self.reservation.error:
+            failed_steps.append(self.reservation.error)
+        entry = self._entry(actions, failed_steps)
+        cluster = list(run.cluster_findings)
+        if failed_steps:
+            cluster.append(Finding(ACTIONS_CHECK, Verdict.ERROR, "scheduler step not completed: "
+                                   + "; ".join(failed_steps[:5]), reason=ErrorReason.INCOMPLETE,
+                                   remediation=Remediation.INVESTIGATE))
+        elif actions:
+            done = sum(1 for a in actions if a.status in ("done", "dry_run"))
+            cluster.append(Finding(ACTIONS_CHECK, Verdict.PASS, f"{done} scheduler action(s) "
+                                   f"{'printed (dry-run)' if self.options.dry_run else 'done'}"))
+        phases = tuple(run.phases) + ((entry,) if self.options.needs_slurm or self.busy else ())
+        run = replace(run, nodes=tuple(nodes), cluster_findings=tuple(cluster), phases=phases)
+        return run, bool(failed_steps)
+
+    def _entry(self, actions: list[Action], failed: list[str]) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        for action in actions:
+            if action.action in ("drain", "resume", "leave"):
+                key = {"drain": "drained", "resume": "resumed", "leave": "left drained"}[action.action]
+                counts[key] = counts.get(key, 0) + 1
+        parts = [f"{n} {k}" for k, n in counts.items()]
+        if self.reservation is not None:
+            state = "deleted" if self.reservation.deleted else ("not created (dry-run)" if self.options.dry_run
+                                                               else "NOT deleted")
+            parts.append(f"reservation {self.reservation.name} {state}")
+        if self.busy:
+            parts.append(f"{len(self.busy)} node(s) busy in Slurm (heavy checks not run)")
+        summary = "Slurm: " + (", ".join(parts) if parts else "no scheduler action")
+        if self.options.dry_run:
+            summary += " (dry-run: the commands were printed, not run)"
+        entry: dict[str, Any] = {"phase": "slurm", "summary": summary, "dry_run": self.options.dry_run,
+                                 "via": self.options.via, "notes": list(self.notes),
+                                 "actions": [a.to_dict() for a in actions if a.action != "none"],
+                                 "busy": dict(self.busy)}
+        if self.reservation is not None:
+            entry["reservation"] = self.reservation.to_dict()
+        if failed:
+            entry["stopped"] = "Scheduler step not completed: " + "; ".join(failed[:5])
+        return entry
+
+
+def _expected_gpus(catalog: Any, node: NodeResult) -> Optional[int]:
+    name = (node.profile or "").split("@")[0]
+    try:
+        return int(catalog.get(name).gpu.count)
+    except Exception:  # noqa: BLE001 - no or unknown profile: nothing to compare with
+        return None
+
+
+def exit_code(base: int, step_failed: bool) -> int:
+    """A scheduler step that did not complete makes a gate's exit 3 (interrupts keep theirs)."""
+    if step_failed and base in (ExitCode.READY, ExitCode.NOT_READY):
+        return int(ExitCode.INCOMPLETE)
+    return base
+
+
+def host_busy(host: Host) -> Optional[str]:
+    value = host.vars.get(BUSY_VAR)
+    return str(value) if value else None

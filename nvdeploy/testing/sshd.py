@@ -394,6 +394,10 @@ class SshCluster:
     ``workdir``: where keys, configs, logs and node folders go; by default a new folder under /tmp that
     ``stop()`` deletes. A given folder is kept; it and its parents must be searchable by other users.
     ``install_tools``: call ``nvdeploy.sim.fake_tool.install_fake_tools`` for each node when that module exists.
+    ``forward_to``: make these nodes jump hosts (bastions) for that started cluster: TCP forwarding to its nodes
+    is permitted and its client key may log in here too, so one key and one known_hosts reach both.
+    ``first_index``: address the nodes from ``node_address(first_index)`` on, so a bastion has an address of its
+    own (the ports differ anyway; distinct addresses keep logs and known_hosts readable).
     """
 
     def __init__(
@@ -402,6 +406,8 @@ class SshCluster:
         workdir: Path | None = None,
         *,
         install_tools: bool = True,
+        forward_to: SshCluster | None = None,
+        first_index: int = 0,
     ) -> None:
         if isinstance(node_scenarios, bool):
             raise TypeError("node_scenarios must be an int or a sequence of (name, scenario_json_text)")
@@ -423,6 +429,12 @@ class SshCluster:
         self._pairs = pairs
         self._given_workdir = Path(workdir).resolve() if workdir is not None else None
         self._install_tools = install_tools
+        self._forward_to = forward_to
+        if forward_to is not None:
+            forward_to._require_started()
+        if not 0 <= first_index or first_index + len(pairs) > 254 * 255:
+            raise ValueError(f"first_index {first_index} out of range")
+        self._first_index = first_index
         self._workdir: Path | None = None
         self._nodes: list[FakeNode] = []
         self._by_name: dict[str, FakeNode] = {}
@@ -587,7 +599,10 @@ class SshCluster:
             if job.returncode != 0:
                 raise HarnessError(f"ssh-keygen failed: {out.decode(errors='replace').strip()}")
         authorized = ssh / "authorized_keys"
-        authorized.write_text((ssh / "client_key.pub").read_text())
+        keys = (ssh / "client_key.pub").read_text()
+        if self._forward_to is not None:  # a bastion lets the target cluster's client in too
+            keys += self._forward_to.client_key.with_suffix(".pub").read_text()
+        authorized.write_text(keys)
         authorized.chmod(0o644)
 
     def _make_nodes(self, workdir: Path) -> None:
@@ -612,7 +627,7 @@ class SshCluster:
             if uid >= 0:
                 os.chown(home, uid, gid)
             scenario = base / "scenario.json"
-            node = FakeNode(name, node_address(index), 0, self._user, bin_dir, scenario, home)
+            node = FakeNode(name, node_address(self._first_index + index), 0, self._user, bin_dir, scenario, home)
             self._write_scenario(node, text)
             if installer is not None:
                 installer(bin_dir, python=python, pythonpath=pylib)
@@ -665,7 +680,8 @@ class SshCluster:
             "".join(f"[{n.address}]:{port} {host_pub[0]} {host_pub[1]}\n" for n in self._nodes))
         (ssh / "known_hosts").chmod(0o644)
         groups = [self._nodes[i : i + MAX_LISTEN_PER_SSHD] for i in range(0, len(self._nodes), MAX_LISTEN_PER_SSHD)]
-        permit_open = " ".join(f"{n.address}:{port}" for n in self._nodes)
+        targets = [*self._nodes, *(self._forward_to.nodes if self._forward_to is not None else ())]
+        permit_open = " ".join(f"{n.address}:{n.port or port}" for n in targets)
         procs: list[tuple[Path, subprocess.Popen[bytes]]] = []
         for gi, group in enumerate(groups):
             gdir = workdir / f"sshd-{gi}"

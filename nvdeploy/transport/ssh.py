@@ -12,13 +12,16 @@ Built around the traps in RELIABILITY.md:
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import ipaddress
 import logging
 import os
 import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import paramiko
 from fabric import Config, Connection
@@ -26,6 +29,7 @@ from fabric import Config, Connection
 from nvdeploy.results import CommandResult, ErrorReason
 from nvdeploy.transport import batch
 from nvdeploy.transport.base import CommandSpec, Transport, TransportError
+from nvdeploy.transport.sudo_gate import SudoGate
 
 # paramiko's DEBUG logging dumps channel data, and at ERROR its transport thread prints a full traceback for
 # every failed connect (a node with no SSH banner printed one on the operator's terminal). We classify and
@@ -38,31 +42,273 @@ _READ_CHUNK = 65536
 _BATCH_SLACK_S = batch.KILL_GRACE_S + 5
 
 
-class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
-    """OpenSSH's ``StrictHostKeyChecking=accept-new``: learn unknown keys, never accept a changed one."""
+_GLOBAL_KNOWN_HOSTS = Path("/etc/ssh/ssh_known_hosts")
+_KEEPALIVE_S = 15
 
-    def __init__(self, known_hosts: Optional[Path]) -> None:
+
+def _user_known_hosts(configured: Optional[Path]) -> Path:
+    """The known_hosts file a connection checks and learns into: the inventory's, else OpenSSH's own default."""
+    return configured if configured is not None else Path(os.path.expanduser("~/.ssh/known_hosts"))
+
+
+class _KnownHostsWriteError(Exception):
+    """A learned host key could not be recorded on disk (so it is not accepted either)."""
+
+
+class _KnownHostsFiles:
+    """Parsed known_hosts files shared by every connection of the process, and the one writer of learned keys.
+
+    Parsing once per file rather than per connection: paramiko's ``HostKeys.load`` de-duplicates as it goes
+    (quadratic, 78 ms for 1,000 lines, measured), and a 1,000-node run would pay that for every node. A file is
+    re-read when it changed on disk (inode, size, mtime); keys this process appends are added to the parsed copy.
+    """
+
+    def __init__(self) -> None:
+        self._parsed: dict[Path, tuple[Optional[tuple[int, int, int]], list[paramiko.hostkeys.HostKeyEntry]]] = {}
+
+    @staticmethod
+    def _stat(path: Path) -> Optional[tuple[int, int, int]]:
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _entries(self, path: Path) -> list[paramiko.hostkeys.HostKeyEntry]:
+        """Call with _KNOWN_HOSTS_LOCK held."""
+        stamp = self._stat(path)
+        cached = self._parsed.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        entries: list[paramiko.hostkeys.HostKeyEntry] = []
+        if stamp is not None:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                for lineno, line in enumerate(handle, 1):
+                    line = line.strip()
+                    if not line or line.startswith("#"):
+                        continue
+                    try:
+                        entry = paramiko.hostkeys.HostKeyEntry.from_line(line, lineno)
+                    except Exception:  # noqa: BLE001, S112 - like OpenSSH, a line we cannot read is skipped, not fatal
+                        continue
+                    if entry is not None:
+                        entries.append(entry)
+        self._parsed[path] = (stamp, entries)
+        return entries
+
+    def host_keys(self, path: Path) -> paramiko.HostKeys:
+        """A HostKeys of the file's entries for one client (its own list: the client may add to it)."""
+        keys = paramiko.HostKeys()
+        with _KNOWN_HOSTS_LOCK:
+            keys._entries = list(self._entries(path))  # noqa: SLF001 - HostKeys.add per entry is quadratic
+        return keys
+
+    def learn(self, path: Path, hostname: str, key: paramiko.PKey) -> None:
+        """Append ``hostname``'s new key to ``path`` (OpenSSH's plain format), once, whichever thread comes first.
+
+        ``hostname`` is paramiko's lookup name: ``host`` on port 22, ``[host]:port`` otherwise, as OpenSSH writes.
+        Another thread (or a jump host shared by many nodes) may have learned the host meanwhile: the same key is
+        not written twice, and a different key for it is refused as a changed key.
+        """
+        with _KNOWN_HOSTS_LOCK:
+            try:
+                entries = self._entries(path)
+            except OSError as exc:
+                raise _KnownHostsWriteError(f"cannot read {path}: {exc.strerror or exc}") from None
+            for entry in entries:
+                if hostname in entry.hostnames or _hashed_match(entry.hostnames, hostname):
+                    if entry.key.get_name() == key.get_name():
+                        if entry.key == key:
+                            return
+                        raise paramiko.BadHostKeyException(hostname, key, entry.key)
+            try:
+                _append_line(path, f"{hostname} {key.get_name()} {key.get_base64()}\n")
+            except OSError as exc:
+                raise _KnownHostsWriteError(f"cannot write {path}: {exc.strerror or exc}") from None
+            entries.append(paramiko.hostkeys.HostKeyEntry([hostname], key))
+            self._parsed[path] = (self._stat(path), entries)
+
+
+def _hashed_match(hostnames: list[str], hostname: str) -> bool:
+    return any(name.startswith("|1|") and paramiko.HostKeys.hash_host(hostname, name) == name for name in hostnames)
+
+
+def _append_line(path: Path, line: str) -> None:
+    """Append one line under an exclusive flock (another nvdeploy, or ssh itself, may write the file too).
+
+    A missing folder is created 0700 and a missing file 0600, as OpenSSH does for ~/.ssh/known_hosts.
+    """
+    if not path.parent.is_dir():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        prefix = ""
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            prefix = "\n"  # a last line without its newline would swallow ours
+        os.write(fd, (prefix + line).encode("ascii"))
+    finally:
+        os.close(fd)
+
+
+_KNOWN_HOSTS = _KnownHostsFiles()
+
+
+class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
+    """OpenSSH's ``StrictHostKeyChecking=accept-new``: learn unknown keys, never accept a changed one.
+
+    A learned key is written to the known_hosts file before it is trusted, never kept only in memory: otherwise
+    every later run would trust whatever key it first meets again.
+    """
+
+    def __init__(self, known_hosts: Path) -> None:
         self.known_hosts = known_hosts
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        _KNOWN_HOSTS.learn(self.known_hosts, hostname, key)
         client.get_host_keys().add(hostname, key.get_name(), key)
-        if self.known_hosts is None:
-            return
-        with _KNOWN_HOSTS_LOCK:
-            self.known_hosts.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.known_hosts, "a", encoding="ascii") as handle:
-                handle.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+
+
+class _ConnectExpired(Exception):
+    """The overall connect budget ran out."""
+
+
+class _ConnectBudget:
+    """One deadline for the whole connect (DNS, TCP, banner, key exchange, auth, jump host and its channel).
+
+    paramiko bounds each stage on its own (and its banner wait accepts up to 100 pre-banner lines, 2 s apart), so
+    the stages could add up to many times connect_timeout. At the deadline a timer closes every socket,
+    transport and channel still connecting, which makes whichever wait is running return at once.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+        self.expired = False
+        self._done = False
+        self._watched: list[Any] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def remaining(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0 or self.expired:
+            raise _ConnectExpired()
+        return left
+
+    def watch(self, thing: Any) -> Any:
+        """Close ``thing`` (socket, SSHClient, Channel) if the deadline passes before finish()."""
+        with self._lock:
+            if not self.expired:
+                self._watched.append(thing)
+                return thing
+        _force_close(thing)
+        raise _ConnectExpired()
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self.expired = True
+            things = list(self._watched)
+        for thing in reversed(things):
+            _force_close(thing)
+
+    def finish(self) -> bool:
+        """Stop the timer; True when the connect beat the deadline (nothing was closed under it)."""
+        self._timer.cancel()
+        with self._lock:
+            self._done = True
+            return not self.expired
+
+    def abort(self) -> None:
+        """After a failure: close everything still open, whatever the deadline."""
+        self.finish()
+        for thing in reversed(self._watched):
+            _force_close(thing)
+
+
+def _force_close(thing: Any) -> None:
+    try:
+        if isinstance(thing, socket.socket):
+            with contextlib.suppress(OSError):
+                thing.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked on it; close() alone does not
+            thing.close()
+        elif isinstance(thing, paramiko.SSHClient):
+            transport = thing.get_transport()
+            if transport is not None:
+                transport.close()
+        else:
+            thing.close()
+    except Exception:  # noqa: BLE001 - closing is best effort
+        pass
+
+
+def _open_socket(host: str, port: int, budget: _ConnectBudget) -> socket.socket:
+    """TCP connect within the budget (name resolution included); TCP_NODELAY on."""
+    infos = _resolve(host, port, budget)
+    error: Optional[OSError] = None
+    for family, kind, proto, _, address in infos:
+        sock = budget.watch(socket.socket(family, kind, proto))
+        try:
+            sock.settimeout(budget.remaining())
+            sock.connect(address)
+        except OSError as exc:
+            sock.close()
+            if isinstance(exc, socket.timeout) or budget.expired:
+                raise
+            error = exc
+            continue
+        # paramiko leaves Nagle on: with delayed ACKs every command round trip cost ~40 ms more.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+    raise error if error is not None else OSError(f"no address for {host}")
+
+
+def _resolve(host: str, port: int, budget: _ConnectBudget) -> list[Any]:
+    """getaddrinfo, bounded: the resolver's own timeouts (resolv.conf) can exceed connect_timeout."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    answer: list[Any] = []
+    failure: list[BaseException] = []
+
+    def lookup() -> None:
+        try:
+            answer.extend(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            failure.append(exc)
+
+    worker = threading.Thread(target=lookup, name=f"resolve {host}", daemon=True)
+    worker.start()
+    worker.join(budget.remaining())
+    if worker.is_alive():
+        raise _ConnectExpired()
+    if failure:
+        raise failure[0]
+    return answer
 
 
 def _parse_jump(spec: str) -> tuple[Optional[str], str, int]:
+    """``[user@]host[:port]`` of ``ssh_jump``."""
     user: Optional[str] = None
-    host = spec
+    host = spec.strip()
     if "@" in host:
         user, host = host.rsplit("@", 1)
     port = 22
     if host.count(":") == 1:
         host, port_text = host.split(":")
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise TransportError(ErrorReason.UNREACHABLE, f"ssh_jump {spec!r}: bad port {port_text!r}")
         port = int(port_text)
+    if not host or user == "":
+        raise TransportError(ErrorReason.UNREACHABLE, f"ssh_jump {spec!r} is not [user@]host[:port]")
     return user, host, port
 
 
@@ -70,6 +316,7 @@ class SSHTransport(Transport):
     """One SSH connection per node, reused for every command of the run."""
 
     name = "ssh"
+    _own_gate: Optional[SudoGate] = None  # the gate of a transport used without an engine (see run_batch)
 
     def __init__(
         self,
@@ -101,55 +348,112 @@ class SSHTransport(Transport):
     def __repr__(self) -> str:  # never show the password
         return f"SSHTransport({self.user or ''}@{self.address}:{self.port})"
 
-    def _connection(self, host: str, user: Optional[str], port: int, gateway: Optional[Connection]) -> Connection:
+    def _connection(self, host: str, user: Optional[str], port: int, sock: Any, budget: _ConnectBudget) -> Connection:
+        """A fabric Connection over an already connected ``sock`` (TCP socket, or a jump host's channel)."""
+        # paramiko's own per-stage timers are a backstop a second behind the budget's, which ends the connect
+        # and names the stage it was in. Not fabric's connect_timeout: it truncates to int (0.9 s -> no timeout).
+        timeout = budget.remaining() + 1
         # A Config of its own per connection: fabric's Connection writes into its Config, and sharing one across
         # threads raced (RELIABILITY.md). ssh_config files are not read, so only the inventory decides.
-        config = Config(overrides={"load_ssh_configs": False, "timeouts": {"connect": self.connect_timeout_s}})
+        config = Config(overrides={"load_ssh_configs": False, "timeouts": {"connect": None}})
         config.load_ssh_config = lambda: None  # type: ignore[method-assign]
         connect_kwargs: dict[str, Any] = {
-            "banner_timeout": self.connect_timeout_s,
-            "auth_timeout": self.connect_timeout_s,
+            "sock": sock,
+            "timeout": timeout,
+            "banner_timeout": timeout,
+            "auth_timeout": timeout,
             "allow_agent": self.key_file is None,
             "look_for_keys": self.key_file is None,
         }
         if self.key_file:
             connect_kwargs["key_filename"] = [os.path.expanduser(self.key_file)]
-        conn = Connection(host=host, user=user, port=port, config=config, gateway=gateway,
-                          connect_timeout=self.connect_timeout_s, connect_kwargs=connect_kwargs, forward_agent=False)
+        conn = Connection(host=host, user=user, port=port, config=config, connect_kwargs=connect_kwargs,
+                          forward_agent=False)
         client = conn.client
-        if self.known_hosts is not None:
-            if self.known_hosts.exists():
-                client.load_host_keys(str(self.known_hosts))
-            # load_host_keys makes paramiko rewrite the file on save; we append ourselves instead.
-            client._host_keys_filename = None  # noqa: SLF001
+        budget.watch(client)
+        # Like OpenSSH: the inventory's ssh_known_hosts, else ~/.ssh/known_hosts plus the system-wide file; an
+        # unknown key is refused unless --accept-new-host-keys, which records it in that same file.
+        known_hosts = _user_known_hosts(self.known_hosts)
+        try:
+            client._host_keys = _KNOWN_HOSTS.host_keys(known_hosts)  # noqa: SLF001 - shared parse (see class)
+            if self.known_hosts is None and _GLOBAL_KNOWN_HOSTS.is_file():
+                client._system_host_keys = _KNOWN_HOSTS.host_keys(_GLOBAL_KNOWN_HOSTS)  # noqa: SLF001
+        except OSError as exc:
+            raise TransportError(ErrorReason.HOST_KEY, f"cannot read known_hosts file {exc.filename or known_hosts}: "
+                                 f"{exc.strerror or exc}") from None
+        client._host_keys_filename = None  # noqa: SLF001 - paramiko must never rewrite the file; we append
         policy: paramiko.MissingHostKeyPolicy = (
-            _AcceptNewPolicy(self.known_hosts) if self.accept_new_host_keys else paramiko.RejectPolicy()
+            _AcceptNewPolicy(known_hosts) if self.accept_new_host_keys else paramiko.RejectPolicy()
         )
         client.set_missing_host_key_policy(policy)
         return conn
 
     def connect(self) -> None:
-        gateway = None
+        """Connect (through ``ssh_jump`` when set) within connect_timeout overall, or raise TransportError."""
+        budget = _ConnectBudget(self.connect_timeout_s)
+        jump: Optional[tuple[str, int]] = None
+        failing = "target"  # whose failure an exception is: the jump host's, its channel's, or the node's
         try:
+            sock: Any
             if self.jump:
                 jump_user, jump_host, jump_port = _parse_jump(self.jump)
-                gateway = self._jump_conn = self._connection(jump_host, jump_user or self.user, jump_port, None)
-            self._conn = self._connection(self.address, self.user, self.port, gateway)
+                jump = (jump_host, jump_port)
+                failing = "jump"
+                jump_sock = _open_socket(jump_host, jump_port, budget)
+                self._jump_conn = self._connection(jump_host, jump_user or self.user, jump_port, jump_sock, budget)
+                self._jump_conn.open()
+                jump_transport = self._jump_conn.client.get_transport()
+                if jump_transport is None or not jump_transport.is_active():
+                    raise EOFError("SSH transport did not come up")
+                jump_transport.set_keepalive(_KEEPALIVE_S)
+                failing = "channel"
+                # fabric's own gateway opens this channel with paramiko's default timeout: an hour.
+                sock = budget.watch(jump_transport.open_channel(
+                    "direct-tcpip", (self.address, self.port), ("", 0), timeout=budget.remaining()))
+                failing = "target"
+            else:
+                sock = _open_socket(self.address, self.port, budget)
+            self._conn = self._connection(self.address, self.user, self.port, sock, budget)
             self._conn.open()
             transport = self._conn.client.get_transport()
             if transport is None or not transport.is_active():
-                raise TransportError(ErrorReason.UNREACHABLE, "SSH transport did not come up")
-            transport.set_keepalive(15)
-            sock = transport.sock
-            if isinstance(sock, socket.socket):
-                # paramiko leaves Nagle on: with delayed ACKs every command round trip cost ~40 ms more.
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except TransportError:
-            self.close()
-            raise
+                raise EOFError("SSH transport did not come up")
+            transport.set_keepalive(_KEEPALIVE_S)
+            if not budget.finish():
+                raise _ConnectExpired()
         except Exception as exc:  # noqa: BLE001 - every connect failure becomes a node-level ERROR
+            budget.abort()
             self.close()
-            raise _classify(exc, self.address, self.port, self.connect_timeout_s) from None
+            if isinstance(exc, TransportError):
+                raise
+            raise self._connect_error(exc, budget, failing, jump) from None
+
+    def _connect_error(self, exc: BaseException, budget: _ConnectBudget, failing: str,
+                       jump: Optional[tuple[str, int]]) -> TransportError:
+        timeout = self.connect_timeout_s
+        target = f"{self.address}:{self.port}"
+        expired = budget.expired or isinstance(exc, _ConnectExpired) or (
+            isinstance(exc, paramiko.SSHException) and "Timeout opening channel" in str(exc))
+        if jump is None:
+            if expired:
+                return TransportError(ErrorReason.UNREACHABLE, _expiry_detail(self._conn, target, timeout))
+            return _classify(exc, self.address, self.port, timeout)
+        via = f"{jump[0]}:{jump[1]}"
+        if failing == "jump":
+            inner = (TransportError(ErrorReason.UNREACHABLE, _expiry_detail(self._jump_conn, via, timeout))
+                     if expired else _classify(exc, jump[0], jump[1], timeout))
+            return TransportError(inner.reason, f"cannot reach {target} through jump host {via}: {inner.detail}")
+        if failing == "channel":
+            if expired:
+                detail = f"jump host {via} did not open a connection to {target} within {timeout:g} s"
+            elif isinstance(exc, paramiko.ChannelException):
+                detail = f"jump host {via} could not connect to {target}: {exc.text} (code {exc.code})"
+            else:
+                detail = f"jump host {via} dropped the connection while opening one to {target}: {exc}"
+            return TransportError(ErrorReason.UNREACHABLE, detail)
+        inner = (TransportError(ErrorReason.UNREACHABLE, _expiry_detail(self._conn, target, timeout))
+                 if expired else _classify(exc, self.address, self.port, timeout))
+        return TransportError(inner.reason, f"{inner.detail} (through jump host {via})")
 
     def run_batch(self, commands: Sequence[CommandSpec], deadline_s: Optional[float] = None) -> list[CommandResult]:
         if not commands:
@@ -157,17 +461,31 @@ class SSHTransport(Transport):
         limit = max(c.timeout_s for c in commands) + _BATCH_SLACK_S
         if deadline_s is not None:
             limit = min(limit, max(deadline_s, 0.1))
-        needs_password = self._sudo_password is not None and any(c.sudo for c in commands)
-        script = batch.build_script(commands, sudo_password=needs_password)
-        cap = sum(c.max_bytes for c in commands) * 2 + 65536
         started = time.monotonic()
-        stdin = (self._sudo_password + "\n").encode() if needs_password and self._sudo_password is not None else b""
-        raw, error, detail = self._exec("sh -c " + _quote(script), stdin, limit, cap)
-        return batch.parse_output(commands, raw, time.monotonic() - started, error, detail)
 
-    def _exec(self, command: str, stdin: bytes, limit_s: float,
-              cap: int) -> tuple[bytes, Optional[ErrorReason], str]:
-        """Run one command on a fresh channel: returns (stdout bytes, error reason, detail)."""
+        def execute(specs: Sequence[CommandSpec], password: Optional[str],
+                    on_output: Callable[[bytes], None]) -> list[CommandResult]:
+            script = batch.build_script(specs, sudo_password=password is not None, run_id=self.run_id)
+            cap = sum(c.max_bytes for c in specs) * 2 + 65536
+            stdin = (password + "\n").encode() if password is not None else b""
+            raw, error, detail = self._exec("sh -c " + _quote(script), stdin, limit - (time.monotonic() - started),
+                                            cap, on_output)
+            return batch.parse_output(specs, raw, time.monotonic() - started, error, detail)
+
+        if self.sudo_gate is None and self._sudo_password is not None and self._own_gate is None:
+            self._own_gate = SudoGate(self._sudo_password)  # used without an engine: a gate of its own
+        gate = self.sudo_gate if self.sudo_gate is not None else self._own_gate
+        return batch.run_gated(self.node or self.address, gate, commands, limit, lambda: self._closed, execute)
+
+    def _exec(self, command: str, stdin: bytes, limit_s: float, cap: int,
+              on_output: Optional[Callable[[bytes], None]] = None) -> tuple[bytes, Optional[ErrorReason], str]:
+        """Run one command on a fresh channel: returns (stdout bytes, error reason, detail).
+
+        The channel's stdin stays open (after ``stdin``, if any) until the answer is read: the batch takes EOF
+        there as "the run ended" and kills what it started, so closing the channel, or losing the connection, or
+        this process dying, all clean up the node. The exit status is taken only after EOF on the channel: OpenSSH
+        may send it before the last bytes of output (seen under load: 499,712 of 500,000 bytes).
+        """
         if self._conn is None or self._closed:
             return b"", ErrorReason.NOT_RUN, "not connected"
         transport = self._conn.client.get_transport()
@@ -175,20 +493,21 @@ class SSHTransport(Transport):
             return b"", ErrorReason.CONNECTION_LOST, "SSH connection is gone"
         started = time.monotonic()
         try:
-            channel = transport.open_session(timeout=min(limit_s, self.connect_timeout_s))
+            channel = transport.open_session(timeout=max(0.1, min(limit_s, self.connect_timeout_s)))
         except Exception as exc:  # noqa: BLE001
             return b"", ErrorReason.TIMEOUT if "Timeout" in str(exc) else ErrorReason.CONNECTION_LOST, \
                 f"could not open an SSH channel: {exc}"
         with self._lock:
             self._channels.add(channel)
+        if self._closed:  # close() ran between the check above and the registration: it did not see this channel
+            channel.close()
         out = bytearray()
         dropped = 0
         try:
             channel.settimeout(self.connect_timeout_s)
-            channel.exec_command(command)
+            _exec_request(channel, command, max(0.1, min(limit_s, self.connect_timeout_s)))
             if stdin:
                 channel.sendall(stdin)
-            channel.shutdown_write()
             while True:
                 progressed = False
                 while channel.recv_ready():
@@ -204,8 +523,11 @@ class SSHTransport(Transport):
                     # The batch script writes command stderr into its frames; stray shell noise is dropped.
                     channel.recv_stderr(_READ_CHUNK)
                     progressed = True
-                if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
-                    break
+                if progressed and on_output is not None:
+                    on_output(bytes(out))
+                if (channel.eof_received or channel.closed) and not channel.recv_ready() \
+                        and not channel.recv_stderr_ready():
+                    break  # EOF on the channel, both streams drained: nothing more can come
                 if self._closed:
                     return bytes(out), ErrorReason.INTERRUPTED, "run interrupted"
                 if not transport.is_active():
@@ -214,7 +536,11 @@ class SSHTransport(Transport):
                     return bytes(out), ErrorReason.TIMEOUT, f"no complete answer within {limit_s:.0f} s"
                 if not progressed:
                     time.sleep(0.02)
-            status = channel.recv_exit_status()
+            if on_output is not None:
+                on_output(bytes(out))
+            # After EOF the status follows at once (OpenSSH sends it before CLOSE); bounded all the same.
+            channel.status_event.wait(max(0.1, min(self.connect_timeout_s, limit_s - (time.monotonic() - started))))
+            status = channel.exit_status if channel.status_event.is_set() else -1
             if status == -1:
                 if self._closed:  # our own close() (Ctrl-C, SIGTERM) ended the channel: resume must redo it
                     return bytes(out), ErrorReason.INTERRUPTED, "run interrupted"
@@ -225,12 +551,14 @@ class SSHTransport(Transport):
         except (OSError, EOFError, paramiko.SSHException) as exc:
             if self._closed:
                 return bytes(out), ErrorReason.INTERRUPTED, "run interrupted"
+            if isinstance(exc, _ExecTimeout):
+                return bytes(out), ErrorReason.TIMEOUT, str(exc)
             return bytes(out), ErrorReason.CONNECTION_LOST, f"SSH error: {exc}"
         finally:
             with self._lock:
                 self._channels.discard(channel)
             try:
-                channel.close()
+                channel.close()  # sends EOF and CLOSE: a batch still running on the node ends its processes
             except Exception:  # noqa: BLE001
                 pass
 
@@ -251,10 +579,49 @@ class SSHTransport(Transport):
                     pass
 
 
+class _ExecTimeout(paramiko.SSHException):
+    """The server did not answer the exec request in time."""
+
+
+def _exec_request(channel: paramiko.Channel, command: str, timeout_s: float) -> None:
+    """``Channel.exec_command`` with a bounded wait for the server's reply.
+
+    paramiko's exec_command waits on ``channel.event`` with no timeout (paramiko 2.x to 5.x): a server that
+    accepted the channel but never answers the request (a frozen sshd) would hang the node's worker forever.
+    This sends the same request and waits at most ``timeout_s``; without those internals, it falls back.
+    """
+    if not all(hasattr(channel, name) for name in ("_event_pending", "event", "event_ready", "remote_chanid")):
+        channel.exec_command(command)  # pragma: no cover - another paramiko: unbounded, but correct
+        return
+    message = paramiko.Message()
+    message.add_byte(paramiko.common.cMSG_CHANNEL_REQUEST)
+    message.add_int(channel.remote_chanid)
+    message.add_string("exec")
+    message.add_boolean(True)
+    message.add_string(command)
+    channel._event_pending()  # noqa: SLF001
+    channel.transport._send_user_message(message)  # noqa: SLF001
+    if not channel.event.wait(timeout_s):
+        raise _ExecTimeout(f"the node did not answer the exec request within {timeout_s:.0f} s")
+    if not channel.event_ready:
+        error = channel.transport.get_exception() if channel.transport is not None else None
+        raise error if error is not None else paramiko.SSHException("Channel closed.")
+
+
 def _quote(text: str) -> str:
     import shlex
 
     return shlex.quote(text)
+
+
+def _expiry_detail(conn: Optional[Connection], where: str, timeout_s: float) -> str:
+    """What the connect to ``where`` was still waiting for when the overall budget ran out."""
+    if conn is None:
+        return f"connect to {where} timed out after {timeout_s:g} s"
+    transport = conn.client.get_transport()
+    if transport is None or not transport.remote_version:
+        return f"no SSH banner from {where} within {timeout_s:g} s"
+    return f"SSH key exchange or authentication with {where} did not complete within {timeout_s:g} s"
 
 
 def _classify(exc: BaseException, address: str, port: int, timeout_s: float) -> TransportError:
@@ -263,6 +630,9 @@ def _classify(exc: BaseException, address: str, port: int, timeout_s: float) -> 
         return TransportError(ErrorReason.HOST_KEY, f"HOST KEY CHANGED for {where}: the node presented "
                               f"{exc.key.get_name()} {exc.key.get_fingerprint().hex()} but known_hosts has another "
                               "key (reimaged node or man-in-the-middle); no command was run")
+    if isinstance(exc, _KnownHostsWriteError):
+        return TransportError(ErrorReason.HOST_KEY, f"new host key of {where} not accepted: it could not be recorded "
+                              f"({exc})")
     if isinstance(exc, paramiko.AuthenticationException):
         return TransportError(ErrorReason.AUTH, f"authentication to {where} failed: {exc}")
     message = str(exc)

@@ -22,6 +22,8 @@ class Collector:
     heavy: bool = False
     description: str = ""
     max_bytes: int = DEFAULT_MAX_BYTES
+    # Over max_bytes keep the newest (last) bytes, not the first: for logs (CommandSpec.keep_tail).
+    keep_tail: bool = False
     # The host var that overrides the timeout of this collector (heavy ones have their own).
     timeout_var: str = "command_timeout"
     # Builds the argv at plan time from the host vars and the node's Profile (None when unknown); when None,
@@ -30,7 +32,7 @@ class Collector:
 
     def spec(self, sudo: bool, timeout_s: Optional[float] = None) -> CommandSpec:
         return CommandSpec(self.name, self.argv, timeout_s or self.timeout_s, sudo=sudo and self.needs_root,
-                           max_bytes=self.max_bytes)
+                           max_bytes=self.max_bytes, keep_tail=self.keep_tail)
 
 
 COLLECTORS: dict[str, Collector] = {}
@@ -50,7 +52,8 @@ LSPCI = register_collector(Collector(
     "lspci", ("lspci", "-D", "-n", "-d", "10de:"), 20.0,
     description="NVIDIA devices on the PCIe bus, whether or not the driver sees them"))
 KMSG = register_collector(Collector(
-    "kmsg", ("dmesg",), 20.0, needs_root=True, description="the kernel log since boot: Xid, SXid and PCIe AER events"))
+    "kmsg", ("dmesg",), 20.0, needs_root=True, keep_tail=True,
+    description="the kernel log since boot: Xid, SXid and PCIe AER events"))
 SUDO_CHECK = register_collector(Collector(
     "sudo", ("true",), 20.0, needs_root=True, description="sudo works without a prompt"))
 

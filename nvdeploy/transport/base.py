@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from nvdeploy.results import CommandResult, ErrorReason
+
+if TYPE_CHECKING:
+    from nvdeploy.transport.sudo_gate import SudoGate
 
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 
@@ -24,6 +27,9 @@ class CommandSpec:
     timeout_s: float
     sudo: bool = False
     max_bytes: int = DEFAULT_MAX_BYTES
+    # Over ``max_bytes``, keep the LAST bytes of stdout instead of the first (a kernel log: the newest lines
+    # matter). Either way the node writes at most ``max_bytes`` to its disk and reports the true size.
+    keep_tail: bool = False
 
     @property
     def display(self) -> str:
@@ -58,6 +64,18 @@ class Transport(abc.ABC):
     """A connection to one node, reused for every command of a run."""
 
     name: str = "base"
+    # Set by bind(): the inventory name (for messages other nodes see), the run id (written next to the node
+    # lock, so a refused run can name the holder) and the run's shared sudo gate.
+    node: str = ""
+    run_id: str = ""
+    sudo_gate: Optional[SudoGate] = None
+
+    def bind(self, node: str, run_id: str = "", sudo_gate: Optional[SudoGate] = None) -> Transport:
+        """Attach this transport to one node of one run; returns self."""
+        self.node = node
+        self.run_id = run_id
+        self.sudo_gate = sudo_gate
+        return self
 
     @abc.abstractmethod
     def connect(self) -> None:

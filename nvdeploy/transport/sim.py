@@ -38,7 +38,8 @@ class SimTransport(Transport):
                                   error_detail=f"timed out after {spec.timeout_s:g} s"), spec.timeout_s)
         cap = spec.max_bytes
         truncated = len(output.stdout) > cap or len(output.stderr) > cap
-        return (CommandResult(name=spec.name, command=spec.display, rc=output.rc, stdout=output.stdout[:cap],
+        stdout = output.stdout[-cap:] if spec.keep_tail and cap else output.stdout[:cap]  # as batch.py keeps it
+        return (CommandResult(name=spec.name, command=spec.display, rc=output.rc, stdout=stdout,
                               stderr=output.stderr[:cap], truncated=truncated, stdout_total=len(output.stdout),
                               stderr_total=len(output.stderr)), output.delay_s)
 

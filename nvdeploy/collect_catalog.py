@@ -12,6 +12,9 @@ Light collectors answer in seconds and go in the node's one batched round trip. 
   ``NCCL_TESTS_MIN_BW`` is the profile's busbw floor, so all_reduce_perf's own exit status fails when the
   average bus bandwidth falls below 90% of the floor (nccl-tests' rule) and agrees with the verdict.
 
+``compute_apps`` (light): ``nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader``,
+timeout 20 s; the engine adds it to the light batch whenever heavy collectors are planned (the busy guard).
+
 Importing this module registers them (the check modules import it).
 """
 
@@ -87,6 +90,11 @@ DCGM_VERSION = _register(Collector(
 DCGM_DISCOVERY = _register(Collector(
     "dcgm_discovery", ("dcgmi", "discovery", "-l"), 60.0,
     description="GPUs and NVSwitches as DCGM (nv-hostengine) sees them"))
+# The busy guard (nvdeploy/checks/heavy_gate.py): read before any heavy collector may start; real format, one
+# line per process and GPU, nothing when idle.
+COMPUTE_APPS = _register(Collector(
+    "compute_apps", ("nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"),
+    20.0, description="GPU compute processes (busy guard: heavy tests do not start on a busy node)"))
 DCGM_DIAG = {level: _register(Collector(
     dcgm_diag_collector(level), ("dcgmi", "diag", "-r", str(level), "-j"), timeout, heavy=True,
     description=f"DCGM diagnostic level {level} (JSON)", timeout_var="dcgm_timeout"))

@@ -9,18 +9,27 @@ from __future__ import annotations
 import concurrent.futures as cf
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from nvdeploy.checks import CHECKS, NodeContext
+from nvdeploy.checks.heavy_gate import (
+    DEADLINE_SKIP,
+    GUARD_COLLECTORS,
+    HeavySkip,
+    batch_refused,
+    heavy_skip,
+    skip_for,
+)
 from nvdeploy.collect import light_specs, specs_for
 from nvdeploy.inventory import Host
 from nvdeploy.parse_facts import node_facts, summary_facts
 from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.record import OutputError, RunRecorder
-from nvdeploy.results import ErrorReason, Finding, NodeResult, Remediation, Verdict
-from nvdeploy.transport.base import Transport, TransportError
+from nvdeploy.results import CommandResult, ErrorReason, Finding, NodeResult, Remediation, Verdict
+from nvdeploy.transport.base import CommandSpec, Transport, TransportError
+from nvdeploy.transport.sudo_gate import SudoGate
 
 QUICK_CHECKS = (
     "system.sudo", "driver.loaded", "driver.version", "gpu.count", "gpu.model", "gpu.memory", "gpu.pci_visible",
@@ -38,6 +47,15 @@ class EngineOptions:
     sudo_password: Optional[str] = None
     checks: tuple[str, ...] = QUICK_CHECKS
     multinode_pattern: str = "bisect"
+    # Run heavy collectors on nodes where GPU compute processes run (the busy guard, checks/heavy_gate.py).
+    allow_busy: bool = False
+    # One sudo gate per run (transport/sudo_gate.py), shared by every transport made from these options: the
+    # password is tried on one node first, and never again anywhere once a node rejected it.
+    sudo_gate: Optional[SudoGate] = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.sudo_gate is None and self.sudo_password:
+            object.__setattr__(self, "sudo_gate", SudoGate(self.sudo_password))
 
     def __repr__(self) -> str:  # the password must never reach a log through a repr
         return (f"EngineOptions(forks={self.forks}, deadline_s={self.deadline_s}, "
@@ -53,8 +71,14 @@ class Interrupted(Exception):
 
 
 def make_transport(host: Host, catalog: ProfileCatalog, options: EngineOptions,
-                   peers: Sequence[Host] = ()) -> Transport:
-    """The transport for ``host``; ``peers`` are the other simulated nodes a multi-node tool may reach."""
+                   peers: Sequence[Host] = (), run_id: str = "") -> Transport:
+    """The transport for ``host``; ``peers`` are the other simulated nodes a multi-node tool may reach.
+
+    ``run_id`` is written next to the node's lock while a batch runs, so a second run can name the holder."""
+    return _transport(host, catalog, options, peers).bind(host.name, run_id, options.sudo_gate)
+
+
+def _transport(host: Host, catalog: ProfileCatalog, options: EngineOptions, peers: Sequence[Host]) -> Transport:
     connection = host.connection
     connect_timeout = float(host.get("connect_timeout", options.connect_timeout_s))
     if connection == "sim":
@@ -71,7 +95,7 @@ def make_transport(host: Host, catalog: ProfileCatalog, options: EngineOptions,
     if connection == "local":
         from nvdeploy.transport.local import LocalTransport
 
-        return LocalTransport()
+        return LocalTransport(sudo_password=options.sudo_password)
     from nvdeploy.transport.ssh import SSHTransport
 
     return SSHTransport(address=host.address, user=host.get("ssh_user"), port=int(host.get("ssh_port", 22)),
@@ -122,6 +146,31 @@ class NodeRunner:
     def _remaining(self) -> Optional[float]:
         return None if self.deadline_at is None else self.deadline_at - time.monotonic()
 
+    def _run_heavy(self, transport: Transport, heavy: Sequence[CommandSpec],
+                   results: list[CommandResult]) -> tuple[list[CommandResult], dict[str, HeavySkip]]:
+        """Run the heavy collectors one by one after the light batch, unless the light batch says the node cannot
+        take them (checks/heavy_gate.py) or the deadline passed; returns the results and what was skipped, why."""
+        skipped: dict[str, HeavySkip] = {}
+        if not heavy:
+            return results, skipped
+        light = {r.name: r for r in results}
+        gate = heavy_skip(light, node_facts(light), self.options.allow_busy)
+        for spec in heavy:
+            if self.stopping.is_set():
+                break
+            remaining = self._remaining()
+            # Under a second left is a deadline passed: the test could only start and be cut at once.
+            skip = gate or (DEADLINE_SKIP if remaining is not None and remaining < 1.0 else None)
+            if skip is not None:
+                skipped[spec.name] = skip
+                continue
+            try:
+                results = results + transport.run_batch(_capped([spec], remaining), remaining)
+            except TransportError as exc:  # the connection dropped mid-test: that check is ERROR, not the run
+                results = results + [CommandResult(spec.name, spec.display, None, error=exc.reason,
+                                                   error_detail=exc.detail)]
+        return results, skipped
+
     def _run(self, host: Host, started: float) -> NodeResult:
         if self.stopping.is_set():
             return error_node(host, "system.reachable", "not started: run interrupted", ErrorReason.INTERRUPTED)
@@ -130,7 +179,7 @@ class NodeRunner:
             return error_node(host, "system.reachable", "not started: the global --deadline passed",
                               ErrorReason.NOT_RUN)
         profile = self.catalog.get(host.profile or "")
-        transport = make_transport(host, self.catalog, self.options)
+        transport = make_transport(host, self.catalog, self.options, run_id=self.recorder.run_dir.name)
         with self._lock:
             self._active[host.name] = transport
         try:
@@ -144,11 +193,24 @@ class NodeRunner:
             reach = Finding("system.reachable", Verdict.PASS, f"connected over {host.connection} in {connected:.2f} s",
                             node=host.name, observed=round(connected, 3), unit="s")
             needed = [c for check_id in self.node_checks for c in CHECKS[check_id].collectors]
-            results = transport.run_batch(light_specs(host.vars, needed, profile), self._remaining())
-            for spec in specs_for(needed, host.vars, heavy=True, profile=profile):
-                if self.stopping.is_set():
-                    break
-                results += transport.run_batch([spec], self._remaining())
+            heavy = specs_for(needed, host.vars, heavy=True, profile=profile)
+            if heavy:
+                needed += [c for c in GUARD_COLLECTORS if c not in needed]
+            remaining = self._remaining()
+            try:
+                results = transport.run_batch(_capped(light_specs(host.vars, needed, profile), remaining), remaining)
+            except TransportError as exc:
+                reason = ErrorReason.INTERRUPTED if self.stopping.is_set() else exc.reason
+                # A batch refused by another run's lock on the node is ERROR busy naming the holder.
+                return error_node(host, "system.lock" if reason is ErrorReason.BUSY else "system.reachable",
+                                  exc.detail, reason, time.monotonic() - started, Remediation.INVESTIGATE)
+            holder = batch_refused({r.name: r for r in results})
+            if holder is not None:
+                busy = Finding("system.lock", Verdict.ERROR, f"node busy, not checked: {holder}", node=host.name,
+                               reason=ErrorReason.BUSY, remediation=Remediation.INVESTIGATE)
+                return NodeResult(host.name, (reach, busy), address=host.address, profile=profile.stamp,
+                                  connection=host.connection, duration_s=time.monotonic() - started)
+            results, skipped = self._run_heavy(transport, heavy, results)
         finally:
             transport.close()
             with self._lock:
@@ -160,6 +222,11 @@ class NodeRunner:
         findings = [reach]
         for check_id in self.node_checks:
             check = CHECKS[check_id]
+            skip = skip_for(check.collectors, skipped)
+            if skip is not None:
+                findings.append(Finding(check_id, Verdict.ERROR, skip.summary, node=host.name, reason=skip.reason,
+                                        profile=profile.stamp))
+                continue
             try:
                 findings.extend(check(ctx))
             except Exception as exc:  # noqa: BLE001 - a check bug is ERROR on that check, not a crash
@@ -169,6 +236,14 @@ class NodeRunner:
         return NodeResult(host.name, tuple(findings), address=host.address, profile=profile.stamp,
                           connection=host.connection, duration_s=time.monotonic() - started,
                           evidence=tuple(evidence), facts=summary_facts(facts))
+
+
+def _capped(specs: Sequence[CommandSpec], remaining: Optional[float]) -> list[CommandSpec]:
+    """Specs whose own timeout ends by the global deadline, so the node's ``timeout`` stops them there too."""
+    if remaining is None:
+        return list(specs)
+    limit = max(1.0, remaining)
+    return [replace(s, timeout_s=limit) if s.timeout_s > limit else s for s in specs]
 
 
 def run_hosts(hosts: Sequence[Host], runner: NodeRunner, forks: int,

@@ -5,12 +5,17 @@ another check is not a useful participant and would only blur the result). Every
 the NCCL environment and the message size next to its bandwidth. A low set becomes a cluster-level finding,
 and findings on the node(s) that pairwise or bisection runs localise; a set that fails without being
 localised leaves its nodes ERROR (inconclusive), never FAIL on guesswork and never PASS.
+
+The global ``--deadline`` holds here too: no mpirun round starts after it, a round's own timeouts (mpirun's
+``--timeout`` and the command's) end by it, and bisection or pairwise re-tests stop there; what they did not
+finish is ERROR (not localised), never a guess.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import threading
+import time
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
@@ -28,6 +33,9 @@ from nvdeploy.transport.base import CommandSpec, TransportError
 CHECK_ID = "nccl.multinode"
 PATTERNS = ("all", "pairwise", "bisect")
 DEFAULT_TIMEOUT_S = 900.0
+# Time kept between mpirun's own --timeout and the command's, for mpirun to stop its ranks and report.
+MPIRUN_GRACE_S = 30.0
+DEADLINE_TEXT = "the global --deadline passed"
 MESSAGE_SIZE = "8G"
 
 
@@ -40,6 +48,24 @@ class GroupRun:
     assessments: tuple[Assessment, ...]
     evidence: Optional[str]
     busbw: Optional[float]
+    # False when the round was not started because the global deadline had passed.
+    started: bool = True
+
+
+class DeadlinePassed(Exception):
+    """A bisection step could not start: the global deadline passed."""
+
+
+def round_timeouts(nccl_timeout: float, remaining: Optional[float]) -> Optional[tuple[float, float]]:
+    """(mpirun --timeout, the command's timeout) for a round that has ``remaining`` seconds before the deadline;
+    None when no round may start."""
+    if remaining is None:
+        return nccl_timeout, nccl_timeout + MPIRUN_GRACE_S
+    if remaining < 2:
+        return None
+    grace = min(MPIRUN_GRACE_S, remaining / 4)
+    mpirun = max(1.0, min(nccl_timeout, remaining - grace))
+    return mpirun, min(mpirun + grace, remaining)
 
 
 def multinode_expectation(profile: Profile) -> NcclExpectation:
@@ -70,8 +96,9 @@ def mpirun_argv(group: Sequence[Host], gpus_per_node: int, launcher: Host, timeo
 
 class MultiNodeRunner:
     def __init__(self, hosts: Sequence[Host], catalog: ProfileCatalog, options: EngineOptions,
-                 recorder: RunRecorder, all_hosts: Sequence[Host]) -> None:
+                 recorder: RunRecorder, all_hosts: Sequence[Host], deadline_at: Optional[float] = None) -> None:
         self.hosts = {h.name: h for h in hosts}
+        self.deadline_at = deadline_at
         self.catalog = catalog
         self.options = options
         self.recorder = recorder
@@ -85,12 +112,18 @@ class MultiNodeRunner:
         launcher = group[0]
         profile = self.catalog.get(launcher.profile or "")
         gpus = profile.gpu.count
-        timeout = float(launcher.get("nccl_timeout", DEFAULT_TIMEOUT_S))
-        spec = CommandSpec("nccl_multinode", mpirun_argv(group, gpus, launcher, timeout), timeout + 30)
+        remaining = None if self.deadline_at is None else self.deadline_at - time.monotonic()
+        timeouts = round_timeouts(float(launcher.get("nccl_timeout", DEFAULT_TIMEOUT_S)), remaining)
+        if timeouts is None:
+            assessment = Assessment(Verdict.ERROR, f"mpirun on {fold(names)} not started: {DEADLINE_TEXT}",
+                                    reason=ErrorReason.NOT_RUN)
+            return self._keep(GroupRun(tuple(names), False, (assessment,), None, None, started=False))
+        mpirun_timeout, command_timeout = timeouts
+        spec = CommandSpec("nccl_multinode", mpirun_argv(group, gpus, launcher, mpirun_timeout), command_timeout)
         transport = make_transport(launcher, self.catalog, self.options, peers=self.all_hosts)
         try:
             transport.connect()
-            result = transport.run_batch([spec])[0]
+            result = transport.run_batch([spec], remaining)[0]
         except TransportError as exc:
             assessment = Assessment(Verdict.ERROR, f"launcher {launcher.name} unreachable: {exc.detail}",
                                     reason=exc.reason)
@@ -128,8 +161,8 @@ def _cluster_finding(run: GroupRun, profile_stamp: str) -> Finding:
 
 
 def run_multinode(nodes: Sequence[NodeResult], hosts: Sequence[Host], catalog: ProfileCatalog,
-                  options: EngineOptions, recorder: RunRecorder,
-                  pattern: str = "bisect") -> tuple[list[NodeResult], list[Finding]]:
+                  options: EngineOptions, recorder: RunRecorder, pattern: str = "bisect",
+                  deadline_at: Optional[float] = None) -> tuple[list[NodeResult], list[Finding]]:
     """Run the multi-node stage; returns the nodes with their new findings and the cluster findings.
 
     ``all``: every healthy node at once. ``pairwise``: disjoint pairs in parallel rounds; a low pair is
@@ -147,19 +180,28 @@ def run_multinode(nodes: Sequence[NodeResult], hosts: Sequence[Host], catalog: P
                "the healthy nodes have different profiles; run one --limit per profile")
         return list(nodes), [Finding(CHECK_ID, Verdict.SKIP, f"multi-node nccl-tests not run: {why}")]
     profile = catalog.get(next(iter(profile_names)) or "")
-    runner = MultiNodeRunner([by_name[n] for n in healthy], catalog, options, recorder, hosts)
+    runner = MultiNodeRunner([by_name[n] for n in healthy], catalog, options, recorder, hosts, deadline_at)
     suspects: list[str] = []
     inconclusive: list[str] = []
+    not_started: list[str] = []
+    stopped = False
     if pattern == "pairwise":
-        suspects, inconclusive = _pairwise(runner, healthy)
+        suspects, inconclusive, not_started = _pairwise(runner, healthy)
+        stopped = any(not r.started for r in runner.runs)
     else:
         whole = runner.run_group(healthy)
-        if not whole.ok and pattern == "bisect" and _is_bandwidth_or_data(whole):
+        if not whole.ok and whole.started and pattern == "bisect" and _is_bandwidth_or_data(whole):
             reference = None
             log = BisectLog()
-            suspects = bisect(healthy, lambda group: runner.run_group(group).ok, reference, log)
-        elif not whole.ok:
+            try:
+                suspects = bisect(healthy, lambda group: _started(runner.run_group(group)).ok, reference, log)
+            except DeadlinePassed:
+                # Halving stopped part way: what it had narrowed down is not proof; nobody is named.
+                inconclusive, stopped = healthy, True
+        elif not whole.ok and whole.started:
             inconclusive = healthy
+        elif not whole.started:
+            not_started = healthy
     # The first round speaks for the cluster; later runs (bisection steps, re-tests against a good node) are
     # summed up in the localisation finding and kept as evidence.
     first_round = runner.runs[:1] if pattern != "pairwise" else runner.runs[:len(pair_rounds(healthy)[0])]
@@ -183,10 +225,15 @@ def run_multinode(nodes: Sequence[NodeResult], hosts: Sequence[Host], catalog: P
                                  remediation=Remediation.ISOLATE, evidence=worst.evidence if worst else None,
                                  profile=profile.stamp))
         elif node.name in inconclusive:
+            why = (f"{pattern} stopped: {DEADLINE_TEXT}" if stopped else
+                   "run with --nccl-pattern bisect or pairwise")
             extra.append(Finding(CHECK_ID, Verdict.ERROR, "multi-node all_reduce failed with this node taking part; "
-                                 "not localised to a node (run with --nccl-pattern bisect or pairwise)",
+                                 f"not localised to a node ({why})",
                                  node=node.name, reason=ErrorReason.INCOMPLETE, remediation=Remediation.INVESTIGATE,
                                  profile=profile.stamp))
+        elif node.name in not_started:
+            extra.append(Finding(CHECK_ID, Verdict.ERROR, f"multi-node all_reduce not run: {DEADLINE_TEXT}",
+                                 node=node.name, reason=ErrorReason.NOT_RUN, profile=profile.stamp))
         elif node.name in healthy:
             best = next((r for r in runner.runs if node.name in r.nodes and r.ok), None)
             if best is not None:
@@ -212,27 +259,43 @@ def _is_bandwidth_or_data(run: GroupRun) -> bool:
     return any(a.verdict is Verdict.FAIL or a.reason is ErrorReason.TIMEOUT for a in run.assessments)
 
 
-def _pairwise(runner: MultiNodeRunner, nodes: list[str]) -> tuple[list[str], list[str]]:
-    results: dict[tuple[str, str], bool] = {}
+def _started(run: GroupRun) -> GroupRun:
+    if not run.started:
+        raise DeadlinePassed(run.assessments[0].summary)
+    return run
+
+
+def _pairwise(runner: MultiNodeRunner, nodes: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """(suspects, inconclusive, not started): a pair or re-test the deadline kept from starting proves nothing."""
+    results: dict[tuple[str, str], GroupRun] = {}
     for round_ in pair_rounds(nodes):
         with cf.ThreadPoolExecutor(max_workers=max(1, min(len(round_), runner.options.forks))) as pool:
             for pair, run in zip(round_, pool.map(lambda p: runner.run_group(list(p)), round_)):
-                results[pair] = run.ok
-    good = {n for pair, ok in results.items() if ok for n in pair}
+                results[pair] = run
+    good = {n for pair, run in results.items() if run.ok for n in pair}
     reference = sorted(good)[0] if good else None
     suspects: list[str] = []
     inconclusive: list[str] = []
-    for pair, ok in results.items():
-        if ok:
+    not_started: list[str] = []
+    for pair, run in results.items():
+        if run.ok:
             continue
         for node in pair:
-            if node in good or node in suspects or node in inconclusive:
+            if node in good or node in suspects or node in inconclusive or node in not_started:
+                continue
+            if not run.started:
+                not_started.append(node)
                 continue
             if reference is None:
                 inconclusive.append(node)
-            elif runner.run_group([node, reference]).ok:
+                continue
+            retest = runner.run_group([node, reference])
+            if retest.ok:
                 good.add(node)
-            else:
+            elif retest.started:
                 suspects.append(node)
-    return suspects, inconclusive
+            else:
+                inconclusive.append(node)
+    # A node whose own pair never started but that passed with another (the odd node's second round) is good.
+    return suspects, inconclusive, [n for n in not_started if n not in good]
 

@@ -99,7 +99,7 @@ def _execute(header: dict, todo: list[Host], kept: list[NodeResult], recorder: R
         results, interrupt = run_hosts(todo, runner, options.forks, on_result)
         nodes = kept + list(results.values())
         if MULTINODE_CHECK in options.checks and interrupt is None:
-            nodes, extra_cluster = _cluster_stage(nodes, all_hosts, catalog, options, recorder)
+            nodes, extra_cluster = _cluster_stage(nodes, all_hosts, catalog, options, recorder, deadline_at)
     finally:
         recorder.close()
     run = finish_run(header, nodes, list(header.get("hosts", [])), interrupt is not None,
@@ -112,12 +112,15 @@ def _execute(header: dict, todo: list[Host], kept: list[NodeResult], recorder: R
 
 
 def _cluster_stage(nodes: list[NodeResult], all_hosts: list[Host], catalog: ProfileCatalog,
-                   options: EngineOptions, recorder: RunRecorder) -> tuple[list[NodeResult], list[Finding]]:
-    """Multi-node nccl-tests over the nodes that passed; nodes it adds findings to are journaled again."""
+                   options: EngineOptions, recorder: RunRecorder,
+                   deadline_at: Optional[float] = None) -> tuple[list[NodeResult], list[Finding]]:
+    """Multi-node nccl-tests over the nodes that passed (no round starts after the global deadline); nodes it adds
+    findings to are journaled again."""
     from nvdeploy.phases.multinode import run_multinode
 
     before = {n.name: n for n in nodes}
-    updated, cluster = run_multinode(nodes, all_hosts, catalog, options, recorder, options.multinode_pattern)
+    updated, cluster = run_multinode(nodes, all_hosts, catalog, options, recorder, options.multinode_pattern,
+                                     deadline_at)
     for node in updated:
         if node is not before.get(node.name):
             recorder.node_done(node)

@@ -4,9 +4,9 @@ Layout: every fake node gets its own address ``127.0.X.Y`` (X >= 1; Linux routes
 a listener bound to such an address accepts connections without the address being added to an interface), and
 all nodes share one TCP port. One ``sshd`` process serves up to 16 nodes (OpenSSH's ``MAX_LISTEN_SOCKS``); it has
 one ``ListenAddress`` per node and one ``Match LocalAddress`` block per node whose ``SetEnv`` gives that node's
-sessions their own ``PATH`` (the node's fake tool folder first), ``NVD_SCENARIO_FILE``, ``HOME`` and
-``NVD_NODE_NAME``. Checked on OpenSSH 9.2: ``SetEnv`` inside ``Match`` works and overrides sshd's default ``PATH``
-for exec sessions. ``SetEnv`` is never used at the top level of the config, because sshd keeps the first
+sessions their own ``PATH`` (the node's fake tool folder first), ``NVD_SCENARIO_FILE``, ``HOME``,
+``NVD_NODE_NAME`` and ``NVDEPLOY_LOCK_DIR`` (each fake node its own run lock, as each real node has). Checked on
+OpenSSH 9.2: ``SetEnv`` inside ``Match`` works and overrides sshd's default ``PATH`` for exec sessions. ``SetEnv`` is never used at the top level of the config, because sshd keeps the first
 ``SetEnv`` it sees and would then ignore the per-node ones.
 
 When run as root, sessions log in as a dedicated user ``nvdtest`` (login shell ``/bin/sh``, no rc files) created
@@ -398,6 +398,7 @@ class SshCluster:
     is permitted and its client key may log in here too, so one key and one known_hosts reach both.
     ``first_index``: address the nodes from ``node_address(first_index)`` on, so a bastion has an address of its
     own (the ports differ anyway; distinct addresses keep logs and known_hosts readable).
+    ``also_permit``: more ``"127.x.y.z:port"`` destinations its sessions may forward to (a black hole, say).
     """
 
     def __init__(
@@ -408,6 +409,7 @@ class SshCluster:
         install_tools: bool = True,
         forward_to: SshCluster | None = None,
         first_index: int = 0,
+        also_permit: Sequence[str] = (),
     ) -> None:
         if isinstance(node_scenarios, bool):
             raise TypeError("node_scenarios must be an int or a sequence of (name, scenario_json_text)")
@@ -435,6 +437,11 @@ class SshCluster:
         if not 0 <= first_index or first_index + len(pairs) > 254 * 255:
             raise ValueError(f"first_index {first_index} out of range")
         self._first_index = first_index
+        for target in also_permit:
+            host, _, port_text = target.rpartition(":")
+            if not host.startswith("127.") or not port_text.isdigit():
+                raise ValueError(f"also_permit {target!r}: must be 127.x.y.z:port (loopback only)")
+        self._also_permit = tuple(also_permit)
         self._workdir: Path | None = None
         self._nodes: list[FakeNode] = []
         self._by_name: dict[str, FakeNode] = {}
@@ -681,7 +688,7 @@ class SshCluster:
         (ssh / "known_hosts").chmod(0o644)
         groups = [self._nodes[i : i + MAX_LISTEN_PER_SSHD] for i in range(0, len(self._nodes), MAX_LISTEN_PER_SSHD)]
         targets = [*self._nodes, *(self._forward_to.nodes if self._forward_to is not None else ())]
-        permit_open = " ".join(f"{n.address}:{n.port or port}" for n in targets)
+        permit_open = " ".join([*(f"{n.address}:{n.port or port}" for n in targets), *self._also_permit])
         procs: list[tuple[Path, subprocess.Popen[bytes]]] = []
         for gi, group in enumerate(groups):
             gdir = workdir / f"sshd-{gi}"
@@ -778,7 +785,7 @@ class SshCluster:
             lines += [
                 f"Match LocalAddress {n.address}",
                 f'    SetEnv "NVD_SCENARIO_FILE={n.scenario_file}" "PATH={path}" "HOME={n.home}" '
-                f'"NVD_NODE_NAME={n.name}"',
+                f'"NVD_NODE_NAME={n.name}" "NVDEPLOY_LOCK_DIR={n.home}/nvdeploy.lock"',
             ]
         return "\n".join(lines) + "\n"
 

@@ -39,13 +39,21 @@ def render_table(inputs: dict[str, Any], estimates: list[Estimate]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def human(count: float) -> str:
+    """70.55e9 -> '70.55B', 15e12 -> '15T': counts the way the options take them."""
+    for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.4g}{suffix}"
+    return f"{count:g}"
+
+
 def _summary(inputs: dict[str, Any]) -> str:
     model = inputs.get("model") or "model"
-    params = inputs["params"] / 1e9
+    params = human(inputs["params"])
     if inputs.get("inference"):
-        return (f"{model} ({params:g}B parameters), inference at {inputs['precision']}, context "
+        return (f"{model} ({params} parameters), inference at {inputs['precision']}, context "
                 f"{inputs['context']}, batch {inputs['batch']}")
-    return (f"{model} ({params:g}B parameters), training on {inputs['tokens'] / 1e9:g}B tokens at "
+    return (f"{model} ({params} parameters), training on {human(inputs['tokens'])} tokens at "
             f"{inputs['precision']}, MFU {inputs['mfu']:g}, {inputs['optimizer']}, sharding {inputs['sharding']}, "
             f"seq {inputs['seq_len']} x micro-batch {inputs['micro_batch']}"
             f"{', activation checkpointing' if inputs['activation_checkpointing'] else ''}"

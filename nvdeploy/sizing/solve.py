@@ -196,6 +196,15 @@ def estimate(job: Job, sku: SkuFigures) -> Estimate:
     energy = cost.energy_mwh(hours, sku.power_w)
     if job.price is None and hours is not None:
         notes.append(f"no --price {sku.profile}=USD_PER_GPU_HOUR: cost not computed")
+    if job.inference and mem is not None and gpus and sku.hbm_tbps:
+        # Decode is memory-bound: each step reads this GPU's weights and KV cache once from HBM (every sequence
+        # at full context: the slow end). batch / step time is an upper bound on tokens/s (kernels reach ~70-80%).
+        step = mem.total / (sku.hbm_tbps * 1e12)
+        extra["decode_tokens_per_s"] = job.batch / step
+        if job.price is not None:
+            extra["usd_per_million_tokens"] = job.price * gpus / 3600.0 / extra["decode_tokens_per_s"] * 1e6
+        notes.append(f"decode at most {extra['decode_tokens_per_s']:,.0f} tokens/s for the batch of {job.batch} "
+                     f"({mem.total / memory.GB:.1f} GB read per step per GPU at {sku.hbm_tbps:g} TB/s HBM)")
     if job.on_prem is not None and sku.power_w is not None:
         extra["onprem_usd_per_gpu_hour"] = job.on_prem.usd_per_gpu_hour(sku.gpus_per_node, sku.power_w)
         extra["onprem_cost_usd"] = None if hours is None else hours * extra["onprem_usd_per_gpu_hour"]

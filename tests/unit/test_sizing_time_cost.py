@@ -113,3 +113,15 @@ def test_a100_has_no_fp8_time() -> None:
     result = estimate(Job(model=P70, tokens=2e12, precision="fp8"), a100)
     assert result.gpu_hours is None and result.days is None and result.cost_usd is None
     assert any("no dense fp8" in note for note in result.notes)
+
+
+def test_inference_decode_rate_is_hbm_bound() -> None:
+    # Llama-3 70B at fp8 on one H200: weights 70.55e9 x 1 byte + KV 2x80x8x128x8192x32 x 1 byte = 42.95e9
+    # -> 113.50e9 bytes read per decode step at 4.8e12 B/s = 0.023646 s -> 32 / 0.023646 = 1,353.3 tokens/s;
+    # at 3.50 USD per GPU-hour: 3.5 / 3600 / 1353.3 x 1e6 = 0.7184 USD per million tokens
+    h200 = sku_figures(CATALOG.get("h200-8x"))
+    job = Job(model=MODELS["llama-3-70b"], inference=True, precision="fp8", context=8192, batch=32, price=3.5)
+    result = estimate(job, h200)
+    assert result.gpus == 1
+    assert result.extra["decode_tokens_per_s"] == pytest.approx(1353.3, rel=1e-3)
+    assert result.extra["usd_per_million_tokens"] == pytest.approx(0.7184, rel=1e-3)

@@ -171,13 +171,15 @@ def _install_sigterm() -> None:
               show_default=True, help="Multi-node nccl-tests (level full): all nodes at once, splitting a low set "
               "until the bad node is named (bisect); all at once only; or disjoint pairs in parallel rounds.")
 @click.option("--no-history", is_flag=True, help="Do not record the run in <out>/history.sqlite.")
+@click.option("--allow-busy", is_flag=True, help="Run the heavy tests (standard/full) even on nodes where GPU compute "
+              "processes run; without it those tests are ERROR busy there, naming the processes.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the verdict and the report path.")
 @slurm_options
 def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Optional[str], forks: int,
              deadline: Optional[float], out_base: Path, fail_on_warn: bool, level: str, connect_timeout: float,
              accept_new_host_keys: bool, ask_sudo_pass: bool, baseline: Optional[Path],
              prometheus_file: Optional[Path], nccl_pattern: str, no_history: bool, quiet: bool,
-             slurm: Any = None) -> None:
+             allow_busy: bool = False, slurm: Any = None) -> None:
     """Validate every node of INVENTORY and write results.json, report.html and junit.xml.
 
     Exit 0 READY, 1 NOT_READY, 2 bad input, 3 INCOMPLETE (some node could not be checked), 130 interrupted.
@@ -199,7 +201,7 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
         password = click.prompt("sudo password", hide_input=True, err=True)
     options = EngineOptions(forks=forks, deadline_s=deadline, connect_timeout_s=connect_timeout,
                             accept_new_host_keys=accept_new_host_keys, sudo_password=password, checks=checks,
-                            multinode_pattern=nccl_pattern)
+                            multinode_pattern=nccl_pattern, allow_busy=allow_busy)
     _install_sigterm()
     if not quiet:
         click.echo(f"nvdeploy {__version__}: validating {len(inv.hosts)} node(s) of {inv.cluster} "
@@ -290,6 +292,11 @@ def checks_show(check_id: str) -> None:
         raise _fail(f"unknown check {check_id!r} (see 'nvdeploy checks list')")
     check = CHECKS[check_id]
     click.echo(f"{check.id}  (collectors: {', '.join(check.collectors) or 'none'})\n\n{check.doc}")
+    from nvdeploy.checks.heavy_gate import HEAVY_RULE
+    from nvdeploy.collect import COLLECTORS
+
+    if any(COLLECTORS[c].heavy for c in check.collectors if c in COLLECTORS):
+        click.echo(f"\n{HEAVY_RULE}")
 
 
 def _register_commands() -> None:

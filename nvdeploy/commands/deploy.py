@@ -172,17 +172,20 @@ def optimize_command(**kw: Any) -> None:
 @click.command("run")
 @_common
 @click.option("--continue-on-fail", is_flag=True, help="Tune even when the validation after install is not READY.")
-def run_command(continue_on_fail: bool, **kw: Any) -> None:
+@click.option("--allow-busy", is_flag=True, help="Run the heavy tests even on nodes where GPU compute processes run.")
+def run_command(continue_on_fail: bool, allow_busy: bool, **kw: Any) -> None:
     """Install, validate, optimize (playbooks/run.yaml): bare nodes to validated, tuned nodes, one report.
 
     Stops before optimize when the validation is not READY (unless --continue-on-fail).
     """
+    from dataclasses import replace
+
     from nvdeploy.phases.run import run_all
     from nvdeploy.playbook import resolve_playbook
 
     _execute("run", kw, lambda inv, catalog, options, say: run_all(
-        inv, catalog, options, kw["out_base"], resolve_playbook(kw["playbook"], "run"), continue_on_fail,
-        announce=say))
+        inv, catalog, replace(options, engine=replace(options.engine, allow_busy=allow_busy)), kw["out_base"],
+        resolve_playbook(kw["playbook"], "run"), continue_on_fail, announce=say))
 
 
 @click.group("actions")

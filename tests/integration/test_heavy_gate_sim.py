@@ -153,3 +153,23 @@ def test_a_batch_refused_by_another_runs_lock_is_error_busy_naming_the_holder(tm
     assert "held by alice (run 20261201T060000Z-abcdef" in lock[0].summary
     assert held.verdict is Verdict.ERROR
     assert transports[0].batches == 1  # the light batch only: no heavy collector was sent
+
+
+def test_cli_allow_busy_flag_and_checks_show_say_the_rule(tmp_path):
+    from click.testing import CliRunner
+
+    from nvdeploy.cli import cli
+
+    inventory = tmp_path / "busy.yaml"
+    inventory.write_text("all:\n  vars: {connection: sim, profile: h100-sxm-8x}\n  hosts:\n"
+                         "    busy: {sim_faults: [gpu_busy]}\n")
+    base = ["validate", "-i", str(inventory), "--level", "standard", "--out", str(tmp_path / "r"), "--no-history", "-q"]
+    guarded = CliRunner().invoke(cli, base)
+    assert guarded.exit_code == 3, guarded.output
+    assert guarded.output.startswith("INCOMPLETE")
+    allowed = CliRunner().invoke(cli, [*base, "--allow-busy"])
+    assert allowed.exit_code == 0, allowed.output
+    shown = CliRunner().invoke(cli, ["checks", "show", "dcgm.diag_r2"])
+    assert "skipped: nvidia-smi hung" in shown.output and "--allow-busy" in shown.output
+    light = CliRunner().invoke(cli, ["checks", "show", "gpu.count"])
+    assert "Heavy check" not in light.output

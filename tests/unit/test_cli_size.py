@@ -101,6 +101,8 @@ def test_run_replaces_datasheet_figures_with_measured_medians(tmp_path: Path) ->
     one_node = size_json("--params", "70B", "--tokens", "2T", "--gpus", "8", "--sharding", "zero3", "--run",
                          str(folder))["estimates"][0]
     assert one_node["allreduce_s_per_step"] == pytest.approx(0.91875, rel=1e-4)
+    text = invoke("--params", "70B", "--tokens", "2T", "--run", str(folder))
+    assert text.exit_code == 0 and "measured figures from run 20261201T000000Z-size" in text.output
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -124,4 +126,5 @@ def test_bad_input_is_one_message_and_exit_2(args: list[str], message: str) -> N
     result = invoke(*args)
     assert result.exit_code == 2, result.output
     assert message in result.output
-    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)   # no Python error escaped

@@ -13,8 +13,9 @@ pretraining sequence length. At the time of writing:
 | Llama-3 405B | H100 80GB  | 30,840,000          | 28,829,075 | -6.5%  | 0.37        |
 | GPT-3 175B   | (V100)     | 3.14e23 FLOPs       | 3.237e23   | +3.1%  | -           |
 
-Every estimate is within 2x of the published figure, except Llama-3 8B (0.49x: a small model spread over many
-GPUs with a 128k vocabulary reaches only ~20% MFU; within 2.5x). The exact ratios are pinned to 1% as well, so a
+Every estimate is within 2x of the published figure, except Llama-3 8B (0.49x: the published GPU-hours imply only
+~20% MFU, plausibly a small model spread over many GPUs where communication and the 128k-vocabulary layers weigh
+more; within 2.5x). The exact ratios are pinned to 1% as well, so a
 change to any formula or datasheet figure shows up here.
 """
 

@@ -176,7 +176,8 @@ def estimate(job: Job, sku: SkuFigures) -> Estimate:
                          "use --model for them")
         extra["scaling_efficiency"] = efficiency
     mem = memory_at(job, gpus) if gpus else None
-    fits = None if mem is None else mem.total <= usable_bytes(sku)
+    # No GPU count fits: that is a "no", not an unknown.
+    fits = (False if smallest is None else None) if mem is None else mem.total <= usable_bytes(sku)
     if mem is not None:
         extra["headroom_gb"] = (usable_bytes(sku) - mem.total) / memory.GB
         extra["memory_breakdown"] = mem.to_dict()

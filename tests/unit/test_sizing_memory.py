@@ -81,7 +81,7 @@ def test_unsharded_70b_never_fits_and_says_why() -> None:
     # sharding none: 1,120e9 bytes stay on every GPU whatever the count: no count fits
     sku = sku_figures(CATALOG.get("b200-8x"))
     result = estimate(Job(model=P70, tokens=2e12, sharding="none"), sku)
-    assert result.min_gpus is None and result.gpus is None and result.fits is None and result.days is None
+    assert result.min_gpus is None and result.gpus is None and result.fits is False and result.days is None
     assert result.gpu_hours is not None  # compute does not depend on memory
     assert any("does not fit at any GPU count" in note for note in result.notes)
 

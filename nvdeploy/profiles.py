@@ -113,7 +113,8 @@ def load_profile_file(path: Union[str, Path]) -> Profile:
         driver_version=require_str(driver, "version", file) if "version" in driver else None,
         driver_min_version=require_str(driver, "min_version", file) if "min_version" in driver else None,
         sim={k: require_str(sim, k, file) for k in sim},
-        extra={k: data[k] for k in ("nvlink", "pcie", "nccl", "sources", "ib", "throttle", "mig", "datasheet") if k in data},
+        extra={k: data[k] for k in ("nvlink", "pcie", "nccl", "sources", "ib", "throttle", "mig", "datasheet")
+               if k in data},
         path=file,
     )
 

@@ -12,6 +12,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
 from html.parser import HTMLParser
@@ -126,16 +127,31 @@ def shell_lab():
 
 def _run_script(lab: Path, script: str, stdin: bytes = b"", via_ssh_wrapper: bool = False) -> bytes:
     """Run a batch script as the local transport does, or as sshd would run SSHTransport's command line."""
-    env = {"PATH": f"{lab / 'bin'}:/usr/bin:/bin", "NVD_TEST_SUDO_LOG": str(lab / "sudo.log"), "LC_ALL": "C"}
+    env = {"PATH": f"{lab / 'bin'}:/usr/bin:/bin", "NVD_TEST_SUDO_LOG": str(lab / "sudo.log"), "LC_ALL": "C",
+           "NVDEPLOY_LOCK_DIR": str(lab / "lock")}
     if via_ssh_wrapper:
         from nvdeploy.transport.ssh import _quote
 
         argv = ["/bin/sh", "-c", "sh -c " + _quote(script)]  # sshd: $SHELL -c "<the command SSHTransport sent>"
     else:
         argv = ["/bin/sh", "-c", script]
-    proc = subprocess.run(argv, input=stdin, capture_output=True, env=env, timeout=60, cwd=lab)
-    assert batch.END_MARKER in proc.stdout, proc.stderr
-    return proc.stdout
+    # As the transports do: stdin stays open until the answer is read (EOF there ends the batch early).
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            cwd=lab, start_new_session=True)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    proc.stdin.write(stdin)
+    proc.stdin.flush()
+    timer = threading.Timer(60, proc.kill)
+    timer.start()
+    try:
+        out = proc.stdout.read()
+    finally:
+        timer.cancel()
+        proc.stdin.close()
+    err = proc.stderr.read()
+    proc.wait(60)
+    assert batch.END_MARKER in out, err
+    return out
 
 
 def _canary_untouched(lab: Path) -> None:

@@ -196,7 +196,8 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
         checks = load_levels()[level]
     except ConfigError as exc:
         raise _fail(exc.render()) from None
-    password = os.environ.get(SUDO_PASSWORD_ENV) or None
+    # Taken out of the environment: no child process (ssh helpers, local batches) inherits the password.
+    password = os.environ.pop(SUDO_PASSWORD_ENV, None) or None
     if ask_sudo_pass:
         password = click.prompt("sudo password", hide_input=True, err=True)
     options = EngineOptions(forks=forks, deadline_s=deadline, connect_timeout_s=connect_timeout,

@@ -65,7 +65,8 @@ def _options(kw: dict[str, Any]) -> Any:
         serial = parse_serial(kw["serial"])
     except ConfigError as exc:
         raise _fail(exc.render()) from None
-    password = os.environ.get(SUDO_PASSWORD_ENV) or None
+    # Taken out of the environment: no child process (ssh helpers, local batches) inherits the password.
+    password = os.environ.pop(SUDO_PASSWORD_ENV, None) or None
     if kw["ask_sudo_pass"]:
         password = click.prompt("sudo password", hide_input=True, err=True)
     engine = EngineOptions(forks=kw["forks"], deadline_s=kw["deadline"], connect_timeout_s=kw["connect_timeout"],

@@ -79,6 +79,11 @@ def make_transport(host: Host, catalog: ProfileCatalog, options: EngineOptions,
 
 
 def _transport(host: Host, catalog: ProfileCatalog, options: EngineOptions, peers: Sequence[Host]) -> Transport:
+    if host.get("slurm_pool") or host.get("slurm_busy"):
+        # Slurm (nvdeploy/slurm/guard.py): one srun step for --via slurm; no heavy collector on a node Slurm shows busy.
+        from nvdeploy.slurm.guard import slurm_transport
+
+        return slurm_transport(host, lambda plain: _transport(plain, catalog, options, peers))
     connection = host.connection
     connect_timeout = float(host.get("connect_timeout", options.connect_timeout_s))
     if connection == "sim":

@@ -129,17 +129,26 @@ def validate_with_slurm(inv: Any, catalog: Any, options: Any, out_base: Path, fa
             # Nothing was touched yet: a usage/config-level failure (exit 2) with Slurm's own words.
             click.echo(f"nvdeploy: error: Slurm: {exc.message} ({' '.join(exc.command)})", err=True)
             raise click.exceptions.Exit(2) from None
+        pool = None
         if slurm.via == "slurm":
-            from nvdeploy.slurm.srun import SrunOptions, SrunPool
+            from nvdeploy.slurm.srun import POOL_VAR, SrunOptions, SrunPool
 
-            pool = SrunPool(inv.hosts, catalog, options, SrunOptions(
-                reservation=window.reservation.name if window.reservation and window.reservation.created else None,
+            created = window.reservation is not None and window.reservation.created
+            pool = SrunPool(inv.hosts, SrunOptions(
+                reservation=window.reservation.name if created else None,  # type: ignore[union-attr]
                 partition=slurm.partition, account=slurm.account, qos=slurm.qos, exclusive=slurm.exclusive,
-                mpi=slurm.mpi), client)
-            options = replace(options, transport_factory=pool.transport_for)
+                mpi=slurm.mpi, job_name=f"nvdeploy-{run_id}"), client)
+            # The hosts' connection is ignored: every batch goes through the pool's srun steps.
+            inv = replace(inv, hosts=tuple(replace(h, vars={**h.vars, POOL_VAR: pool.key, "connection": "slurm"})
+                                           for h in inv.hosts))
+            options = replace(options, forks=max(options.forks, len(inv.hosts)))
         outcome = run_validate(inv, catalog, options, out_base, fail_on_warn=fail_on_warn, level=level,
                                run_id=run_id)
         interrupted = outcome.exit_code in (130, 143)
+        if pool is not None:
+            window.notes.extend(f"srun step {s['job_name']}: {s['nodes']} node(s), {s['seconds']} s, rc {s['rc']}"
+                                for s in pool.steps)
+            pool.release()
         run, failed = window.finish(outcome.run, catalog, interrupted)
         reports = write_reports(run, outcome.run_dir)
         for line in client.printed:

@@ -28,7 +28,10 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 _NOT_THE_NODE = (ErrorReason.BUSY, ErrorReason.INTERRUPTED)
 
 
-def is_ours(reason: str) -> bool:
+def is_ours(reason: str, node_check_only: bool = False) -> bool:
+    """The reason was set by nvdeploy (``node_check_only``: by ``nvdeploy node-check``)."""
+    if node_check_only:
+        return (reason or "").startswith(PREFIX + "node-check ") and bool(_OURS.match(reason))
     return bool(_OURS.match(reason or ""))
 
 
@@ -43,7 +46,8 @@ def _short(value: Any) -> str:
 def _part(finding: Finding) -> str:
     observed, expected = finding.observed, finding.expected
     scalar = (int, float, str, list, tuple)
-    if isinstance(observed, scalar) and isinstance(expected, (int, float, str)) and observed != "":
+    numbers = (int, float)
+    if isinstance(observed, numbers) and isinstance(expected, numbers) and not isinstance(expected, bool):
         return f"{finding.check} {_short(observed)}/{_short(expected)}"
     if isinstance(observed, scalar) and observed not in ("", [], ()):
         return f"{finding.check} {_short(observed)}"
@@ -84,6 +88,9 @@ class Policy:
     drain_failed: bool = False
     drain_on_error: bool = False
     resume_passed: bool = False
+    # node-check resumes only what node-check drained: a node drained by a full validation (DCGM failed) must not
+    # come back because the quick checks pass.
+    resume_node_check_only: bool = False
 
     @property
     def active(self) -> bool:
@@ -103,7 +110,7 @@ def plan_action(name: str, verdict: Verdict, findings: Sequence[Finding], slurm:
     to_drain = (verdict is Verdict.FAIL and policy.drain_failed) or (
         verdict is Verdict.ERROR and policy.drain_failed and policy.drain_on_error)
     if to_drain:
-        if drained and not is_ours(reason):
+        if drained and not is_ours(reason, policy.resume_node_check_only):
             return Action(name, "leave", f"left drained: reason set by someone else ({slurm.reason_user or '?'}: "
                                          f"{reason})")
         bad = (Verdict.FAIL, Verdict.ERROR) if verdict is Verdict.ERROR else (Verdict.FAIL,)
@@ -112,8 +119,9 @@ def plan_action(name: str, verdict: Verdict, findings: Sequence[Finding], slurm:
     if verdict is Verdict.PASS and policy.resume_passed:
         if not drained:
             return Action(name, "none", f"passed; not drained ({slurm.short_state})")
-        if not is_ours(reason):
-            return Action(name, "leave", f"left drained: reason set by someone else ({slurm.reason_user or '?'}: "
+        if not is_ours(reason, policy.resume_node_check_only):
+            who = "a full nvdeploy validation" if is_ours(reason) else "someone else"
+            return Action(name, "leave", f"left drained: reason set by {who} ({slurm.reason_user or '?'}: "
                                          f"{reason})")
         return Action(name, "resume", f"resumed: passed, drained earlier by nvdeploy ({reason})")
     if drained and not is_ours(reason):

@@ -1,0 +1,124 @@
+"""``nvdeploy node-check``: the quick checks on this node (no SSH), one line, an exit status, and optionally
+drain/resume of this node in Slurm. Meant for Slurm's ``HealthCheckProgram``, a Prolog/Epilog, or cron.
+
+slurm.conf runs HealthCheckProgram without arguments, so the usual set-up is a two-line wrapper script
+(README, "Slurm"). Exit 0 PASS/WARN, 1 FAIL, 3 ERROR (could not determine), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+import click
+
+PROFILE_ENV = "NVDEPLOY_PROFILE"
+# Collectors the quick health check reads: everything that answers in about a second on a healthy node.
+NODE_CHECKS = ("driver.loaded", "driver.version", "gpu.count", "gpu.model", "gpu.memory", "gpu.pci_visible",
+               "gpu.persistence", "memory.ecc_mode", "memory.ecc_errors", "memory.remapped_rows",
+               "memory.retired_pages", "kmsg.xid")
+
+
+def _node_name(given: Optional[str]) -> str:
+    if given:
+        return given
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+def check_label() -> str:
+    return "node-check " + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%MZ")
+
+
+def run_node_check(name: str, profile: str, timeout_s: float, checks: tuple[str, ...] = NODE_CHECKS,
+                   sudo: bool = False) -> object:
+    """The node's result (a NodeResult), judged exactly as ``validate`` judges it, over the local transport."""
+    from nvdeploy.engine import EngineOptions, NodeRunner
+    from nvdeploy.inventory import Host
+    from nvdeploy.profiles import ProfileCatalog
+    from nvdeploy.record import RunRecorder
+
+    catalog = ProfileCatalog()
+    catalog.get(profile)  # unknown profile: KeyError before anything runs
+    host = Host(name, {"connection": "local", "profile": profile, "command_timeout": timeout_s, "sudo": sudo})
+    options = EngineOptions(forks=1, deadline_s=timeout_s + 5, checks=checks)
+    with tempfile.TemporaryDirectory(prefix="nvd-check.") as scratch:
+        recorder = RunRecorder(Path(scratch) / "run")
+        try:
+            return NodeRunner(catalog, options, recorder, time.monotonic() + timeout_s + 5).run(host)
+        finally:
+            recorder.close()
+
+
+@click.command("node-check")
+@click.option("--profile", default=None, help=f"The node's profile (or ${PROFILE_ENV}), e.g. h100-sxm-8x.")
+@click.option("--node", "node_name", default=None,
+              help="This node's Slurm name (default: $SLURMD_NODENAME, else the short host name).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=8.0, show_default=True,
+              help="Seconds each tool may take (a hung nvidia-smi is ERROR timeout, not a hung health check).")
+@click.option("--drain", is_flag=True, help="On FAIL, drain this node in Slurm with a reason naming the checks.")
+@click.option("--drain-on-error", is_flag=True, help="With --drain: also drain when a check could not run (ERROR).")
+@click.option("--resume", is_flag=True, help="On PASS, resume this node, only if nvdeploy drained it.")
+@click.option("--sudo", is_flag=True, help="Run the root-only collectors (dmesg) through sudo -n.")
+@click.option("--slurm-timeout", "slurm_timeout_s", type=click.FloatRange(min=1), default=10.0, show_default=True)
+def node_check_command(profile: Optional[str], node_name: Optional[str], timeout_s: float, drain: bool,
+                       drain_on_error: bool, resume: bool, sudo: bool, slurm_timeout_s: float) -> None:
+    """Quick checks of THIS node in a few seconds; one line; exit 0 PASS/WARN, 1 FAIL, 3 ERROR."""
+    from nvdeploy.results import ExitCode, Verdict
+
+    profile = profile or os.environ.get(PROFILE_ENV)
+    if not profile:
+        click.echo(f"nvdeploy: error: --profile or ${PROFILE_ENV} is required", err=True)
+        raise click.exceptions.Exit(ExitCode.USAGE)
+    name = _node_name(node_name)
+    started = time.monotonic()
+    try:
+        node = run_node_check(name, profile, timeout_s, sudo=sudo)
+    except KeyError:
+        click.echo(f"nvdeploy: error: unknown profile {profile!r}", err=True)
+        raise click.exceptions.Exit(ExitCode.USAGE) from None
+    verdict = node.verdict  # type: ignore[attr-defined]
+    bad = [f for f in node.findings if f.verdict in (Verdict.FAIL, Verdict.ERROR)]  # type: ignore[attr-defined]
+    code = {Verdict.FAIL: ExitCode.NOT_READY, Verdict.ERROR: ExitCode.INCOMPLETE}.get(verdict, ExitCode.READY)
+    slurm_note = ""
+    if drain or resume:
+        slurm_note, failed = _slurm_step(name, node, drain, drain_on_error, resume, slurm_timeout_s)
+        if failed and code == ExitCode.READY:
+            code = ExitCode.INCOMPLETE
+    from nvdeploy.slurm.drain import _part
+
+    detail = ", ".join(dict.fromkeys(_part(f) for f in bad))
+    line = f"nvdeploy node-check {name}: {verdict.value}" + (f" {detail}" if detail else "") + \
+        f" ({time.monotonic() - started:.2f} s)" + (f"; {slurm_note}" if slurm_note else "")
+    click.echo(" ".join(line.split()))
+    raise click.exceptions.Exit(int(code))
+
+
+def _slurm_step(name: str, node: object, drain: bool, drain_on_error: bool, resume: bool,
+                timeout_s: float) -> tuple[str, bool]:
+    from nvdeploy.slurm.client import SlurmClient, SlurmError
+    from nvdeploy.slurm.drain import Policy, apply_actions, plan_action
+
+    client = SlurmClient(timeout_s=timeout_s)
+    try:
+        nodes = {n.name: n for n in client.nodes(name)}
+    except SlurmError as exc:
+        return f"slurm: {exc.message}", True
+    policy = Policy(drain_failed=drain, drain_on_error=drain_on_error, resume_passed=resume,
+                    resume_node_check_only=True)
+    action = plan_action(name, node.verdict, node.findings, nodes.get(name), policy,  # type: ignore[attr-defined]
+                         check_label())
+    (done,) = apply_actions([action], client)
+    if done.status == "failed":
+        return f"slurm {done.action} failed: {done.error}", True
+    if done.action in ("drain", "resume"):
+        return f"slurm: {done.message}" + (f" ({done.reason})" if done.reason else ""), False
+    return (f"slurm: {done.message}" if done.action == "leave" else ""), False
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(node_check_command)

@@ -91,3 +91,28 @@ def test_a_rejected_sudo_password_is_tried_on_one_node_only(ssh_cluster_factory,
         if name != tried[0]:
             assert f"password rejected on {tried[0]}; not tried here" in finding.summary
     assert "a-typo" not in (outcome.run_dir / "results.json").read_text()
+
+
+def test_a_node_held_by_another_run_is_error_busy_naming_the_holder(ssh_cluster_factory, tmp_path):
+    import fcntl
+    import os
+
+    cluster = ssh_cluster_factory([scenario("gpu01")])
+    lock_dir = cluster.node("gpu01").home / "nvdeploy.lock"  # the harness's NVDEPLOY_LOCK_DIR for this node
+    lock_dir.mkdir(mode=0o1777, exist_ok=True)
+    holder = lock_dir / f"holder.{os.getpid()}"  # a live pid: the lock is held, not stale
+    holder.write_text(f"user=alice run=20261201T050000Z-other since=2026-12-01T05:00:00Z pid={os.getpid()}\n")
+    fd = os.open(lock_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        held = validate(cluster, tmp_path / "held", EngineOptions(checks=load_levels()["standard"]))
+    finally:
+        os.close(fd)  # releases the flock
+    node = held.run.nodes[0]
+    busy = [f for f in node.findings if f.reason is ErrorReason.BUSY]
+    assert [f.check for f in busy] == ["system.lock"], node.findings
+    assert "run 20261201T050000Z-other of user alice" in busy[0].summary
+    assert node.verdict is Verdict.ERROR and node.evidence == ()  # nothing ran, heavy or light
+    holder.unlink()
+    free = validate(cluster, tmp_path / "free", EngineOptions(checks=load_levels()["quick"]))
+    assert free.run.nodes[0].verdict is Verdict.PASS, free.run.nodes[0].findings

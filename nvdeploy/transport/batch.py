@@ -63,8 +63,10 @@ _REJECTED = (b"incorrect password", b"Sorry, try again", b"Authentication failur
 # Shell functions of the script. Names start with nvd_ so a tool's environment cannot collide with them.
 _PRELUDE = r"""
 nvd_sid=
-IFS= read -r nvd_l 2>/dev/null </proc/$$/stat && { nvd_l=${nvd_l##*) }; set -- $nvd_l; nvd_sid=$4; set --; }
+nvd_pg=
+IFS= read -r nvd_l 2>/dev/null </proc/$$/stat && { nvd_l=${nvd_l##*) }; set -- $nvd_l; nvd_pg=$3; nvd_sid=$4; set --; }
 nvd_ours=
+nvd_only_tools=
 # Sweep only a session that is this batch's own: we lead it (local transport), or our parent does and is the
 # login shell sshd started for this channel. Never a session we were merely started from.
 if [ -n "$nvd_sid" ] && [ "$nvd_sid" = "$$" ]; then nvd_ours=1
@@ -73,7 +75,9 @@ elif [ -n "$nvd_sid" ] && [ "$nvd_sid" = "$PPID" ] && IFS= read -r nvd_l 2>/dev/
   IFS= read -r nvd_c 2>/dev/null </proc/$nvd_gp/comm && case $nvd_c in sshd*) nvd_ours=1 ;; esac
 fi
 nvd_sweep() {
-  # $1: a signal (0 counts); signals every process of our session but the pids in $nvd_spare; nvd_n: how many
+  # Sends $nvd_sig (0: just count) to every process of our session but the pids in $nvd_spare and, when
+  # $nvd_only_tools is set, but our own process group (the shells and cappers; each tool runs under timeout(1),
+  # which gives it a group of its own). nvd_n: how many were signalled.
   nvd_n=0
   [ -n "$nvd_ours" ] || return 0
   for nvd_p in /proc/[0-9]*; do
@@ -84,6 +88,7 @@ nvd_sweep() {
     set -- $nvd_l
     [ "$4" = "$nvd_sid" ] || continue
     case $1 in Z|X) continue ;; esac
+    [ -n "$nvd_only_tools" ] && [ "$3" = "$nvd_pg" ] && continue
     kill -"$nvd_sig" "$nvd_p" 2>/dev/null && nvd_n=$((nvd_n + 1))
   done
 }
@@ -236,10 +241,23 @@ def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False, r
                          f"else {_not_run(index)}; fi")
         else:
             lines.append(_launch(index, spec, sudo_password))
+    results = " ".join(f'"$d/{index}.r"' for index in range(len(commands)))
     lines += [
+        # Wait for every tool to end (its exit status written), polling: the capper behind a tool can wait on
+        # for EOF when the tool left a process holding its output. Then end whatever the tools left (outside
+        # our own process group), so the cappers see EOF, and reap the rest.
+        "nvd_t=0",
+        "while :; do",
+        f"  nvd_all=1; for nvd_r in {results}; do [ -s \"$nvd_r\" ] || {{ nvd_all=; break; }}; done",
+        '  [ -n "$nvd_all" ] && break',
+        '  nvd_all=1; for nvd_x in $nvd_p; do kill -0 "$nvd_x" 2>/dev/null && { nvd_all=; break; }; done',
+        '  [ -n "$nvd_all" ] && break',
+        '  if [ "$nvd_t" -lt 100 ]; then sleep 0.1 2>/dev/null || sleep 1; nvd_t=$((nvd_t + 1)); else sleep 1; fi',
+        "done",
+        'nvd_only_tools=1; nvd_spare="$$ $PPID"; nvd_end; nvd_only_tools=',
         "[ -n \"$nvd_p\" ] && wait $nvd_p",
-        # Done: the watcher goes first (it must not sweep us), then anything a tool left running in the session.
-        'kill "$nvd_w" 2>/dev/null; nvd_spare="$$ $PPID"; nvd_end',
+        # Done: the watcher goes first (it must not sweep us), then anything else left in the session.
+        'kill "$nvd_w" 2>/dev/null; nvd_end',
     ]
     for index, spec in enumerate(commands):
         lines.append(_frame(index, spec))

@@ -6,8 +6,13 @@ all nodes share one TCP port. One ``sshd`` process serves up to 16 nodes (OpenSS
 one ``ListenAddress`` per node and one ``Match LocalAddress`` block per node whose ``SetEnv`` gives that node's
 sessions their own ``PATH`` (the node's fake tool folder first), ``NVD_SCENARIO_FILE``, ``HOME``,
 ``NVD_NODE_NAME`` and ``NVDEPLOY_LOCK_DIR`` (each fake node its own run lock, as each real node has). Checked on
-OpenSSH 9.2: ``SetEnv`` inside ``Match`` works and overrides sshd's default ``PATH`` for exec sessions. ``SetEnv`` is never used at the top level of the config, because sshd keeps the first
-``SetEnv`` it sees and would then ignore the per-node ones.
+OpenSSH 9.2: ``SetEnv`` inside ``Match`` works and overrides sshd's default ``PATH`` for exec sessions. ``SetEnv``
+is never used at the top level of the config, because sshd keeps the first ``SetEnv`` it sees and would then
+ignore the per-node ones.
+
+A cluster made with ``forward_to=other`` is a bastion (jump host) for ``other``: its ``PermitOpen`` lists
+``other``'s nodes and its ``authorized_keys`` takes ``other``'s client key, so an ``ssh_jump`` test needs one key
+and the two known_hosts files concatenated. ``first_index`` gives it addresses apart from the nodes'.
 
 When run as root, sessions log in as a dedicated user ``nvdtest`` (login shell ``/bin/sh``, no rc files) created
 on first use; its password field is ``*`` rather than ``!``, because with ``UsePAM no`` sshd refuses even key

@@ -24,6 +24,11 @@ def node_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
         if not smi.gpus and smi.warnings:
             status = SmiStatus(Verdict.ERROR, f"nvidia-smi XML not understood: {smi.warnings[0]}",
                                ErrorReason.UNPARSEABLE)
+    elif smi_result is not None and _lost_but_listed(smi_result):
+        # Exit 15 with a complete table: a GPU is lost but the others answered. Their facts are judged and the
+        # lost GPU is named (FAIL, ISOLATE) by each check, instead of one node-wide "fell off the bus".
+        smi = parse_xml(smi_result.text)
+        status = SmiStatus(None)
     probe = results.get("nvml_probe")
     facts["smi_source"] = "nvidia_smi_xml"
     facts["probe_warnings"] = ()
@@ -41,11 +46,22 @@ def node_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
     lspci = results.get("lspci")
     facts["lspci"] = parse_lspci(lspci.text) if lspci is not None and lspci.ok else None
     kmsg = results.get("kmsg")
-    facts["kmsg"] = parse_kmsg(kmsg.text) if kmsg is not None and kmsg.ok else None
+    # A log cut to its newest bytes starts mid-line: the parser drops that partial first line.
+    facts["kmsg"] = parse_kmsg(kmsg.text, partial_first_line=kmsg.truncated) if kmsg is not None and kmsg.ok \
+        else None
     from nvdeploy.parse_catalog import catalog_facts
 
     facts.update(catalog_facts(results))
     return facts
+
+
+def _lost_but_listed(result: CommandResult) -> bool:
+    """nvidia-smi exited 15 (a GPU is lost) yet printed complete XML in which a GPU reads ``GPU is lost``."""
+    if result.rc != 15 or result.truncated or result.timed_out or result.error is not None:
+        return False
+    if "</nvidia_smi_log>" not in result.text:
+        return False
+    return any(gpu.lost for gpu in parse_xml(result.text).gpus)
 
 
 def summary_facts(facts: Mapping[str, Any]) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from nvdeploy.checks.common import SMI, gpu_label, smi_gate
+from nvdeploy.checks.common import SMI, gpu_label, smi_gate, split_gpus
 from nvdeploy.checks.gating import section
 from nvdeploy.checks.registry import NodeContext, register
 from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
@@ -21,7 +21,8 @@ def clocks_throttle(ctx: NodeContext) -> list[Finding]:
     neither list (gpu_idle, sw_power_cap, applications_clocks_setting...) are normal operation.
 
     Remediation: INVESTIGATE cooling (fans, airflow, inlet temperature) and power delivery (PSU, BMC power
-    brake); ISOLATE the node if it persists. SKIP when the profile has no ``throttle`` section.
+    brake); ISOLATE the node if it persists. SKIP when the profile has no ``throttle`` section. ERROR naming a GPU
+    whose throttle reasons could not be read; FAIL (ISOLATE) for a lost GPU.
     """
     policy = section(ctx, "throttle")
     if not policy:
@@ -32,7 +33,9 @@ def clocks_throttle(ctx: NodeContext) -> list[Finding]:
     fail = set(policy.get("fail") or ())
     warn = set(policy.get("warn") or ())
     findings = []
-    for gpu in ctx.facts["smi"].gpus:
+    split = split_gpus(ctx, "clocks.throttle", "clock throttle reasons", (), required=False,
+                       error_fields=("clocks_event_reasons_active",))
+    for gpu in split.known:
         active = list(gpu.clocks_event_reasons_active)
         bad = [r for r in active if r in fail]
         soft = [r for r in active if r in warn and r not in fail]
@@ -44,6 +47,7 @@ def clocks_throttle(ctx: NodeContext) -> list[Finding]:
                 + (f" at {gpu.temperature_c:g} C" if gpu.temperature_c is not None else ""),
                 observed=", ".join(bad + soft), expected="no " + "/".join(sorted(fail | warn)), gpu=gpu.index,
                 remediation=Remediation.INVESTIGATE if bad else Remediation.MONITOR, collector=SMI))
+    findings.extend(split.findings)
     if findings:
         return findings
     return [ctx.finding("clocks.throttle", Verdict.PASS, "no GPU is throttled by a hardware or thermal slowdown",
@@ -55,7 +59,8 @@ def clocks_temperature(ctx: NodeContext) -> list[Finding]:
     """Reads each GPU's core temperature from ``nvidia-smi -q -x``.
 
     PASS: every GPU is at or below the profile's ``gpu.max_temperature_c``. FAIL (INVESTIGATE cooling) for a
-    GPU above it. ERROR when no GPU reported a temperature; SKIP when the profile states no maximum.
+    GPU above it. ERROR naming each GPU that did not report a temperature (FAIL, ISOLATE for a lost GPU); SKIP
+    when the profile states no maximum.
     """
     limit = ctx.profile.gpu.max_temperature_c
     if limit is None:
@@ -63,15 +68,16 @@ def clocks_temperature(ctx: NodeContext) -> list[Finding]:
     gated = smi_gate(ctx, "clocks.temperature")
     if gated:
         return gated
-    gpus = ctx.facts["smi"].gpus
+    split = split_gpus(ctx, "clocks.temperature", "temperature", ("temperature_c",), required=True)
     findings = [ctx.finding("clocks.temperature", Verdict.FAIL,
                             f"{gpu_label(g)} at {g.temperature_c:g} C, above the {limit:g} C limit: check cooling",
                             observed=g.temperature_c, expected=f"<= {limit:g}", unit="C", gpu=g.index,
                             remediation=Remediation.INVESTIGATE, collector=SMI)
-                for g in gpus if g.temperature_c is not None and g.temperature_c > limit]
+                for g in split.known if g.temperature_c > limit]
+    findings.extend(split.findings)
     if findings:
         return findings
-    known = [g.temperature_c for g in gpus if g.temperature_c is not None]
+    known = [g.temperature_c for g in split.known]
     if not known:
         return [ctx.finding("clocks.temperature", Verdict.ERROR, "no GPU reported its temperature",
                             reason=ErrorReason.UNPARSEABLE, collector=SMI)]
@@ -85,7 +91,8 @@ def clocks_power_limit(ctx: NodeContext) -> list[Finding]:
 
     PASS: every GPU's power limit equals the profile's ``gpu.power_limit_w`` (within 1 W). WARN (TUNE:
     ``nvidia-smi -pl``, or ``nvdeploy optimize``) for a GPU capped lower or set higher: its throughput differs
-    from its peers'. SKIP when the profile states no power limit or no GPU reports one.
+    from its peers'. SKIP when the profile states no power limit or no GPU reports one; ERROR naming a GPU whose
+    power limit could not be read or reads N/A while its peers report one; FAIL (ISOLATE) for a lost GPU.
     """
     expected = ctx.profile.gpu.power_limit_w
     if expected is None:
@@ -93,15 +100,16 @@ def clocks_power_limit(ctx: NodeContext) -> list[Finding]:
     gated = smi_gate(ctx, "clocks.power_limit")
     if gated:
         return gated
-    gpus = ctx.facts["smi"].gpus
+    split = split_gpus(ctx, "clocks.power_limit", "power limit", ("power_limit_w",), required=False)
     findings = [ctx.finding("clocks.power_limit", Verdict.WARN,
                             f"{gpu_label(g)}: power limit {g.power_limit_w:g} W, expected {expected:g} W",
                             observed=g.power_limit_w, expected=expected, unit="W", gpu=g.index,
                             remediation=Remediation.TUNE, collector=SMI)
-                for g in gpus if g.power_limit_w is not None and abs(g.power_limit_w - expected) > POWER_TOLERANCE_W]
+                for g in split.known if abs(g.power_limit_w - expected) > POWER_TOLERANCE_W]
+    findings.extend(split.findings)
     if findings:
         return findings
-    if all(g.power_limit_w is None for g in gpus):
+    if not split.known:
         return [ctx.finding("clocks.power_limit", Verdict.SKIP, "GPUs do not report a power limit")]
     return [ctx.finding("clocks.power_limit", Verdict.PASS, f"every GPU's power limit is {expected:g} W",
                         observed=expected, expected=expected, unit="W", collector=SMI)]
@@ -114,14 +122,19 @@ def gpu_mig(ctx: NodeContext) -> list[Finding]:
     PASS: every MIG-capable GPU is in the MIG mode the profile's ``mig.enabled`` states (default: disabled, whole
     GPUs for training). FAIL (TUNE: ``nvidia-smi -i N -mig 0|1`` then a GPU reset) for a GPU in the other mode:
     NCCL and DCGM diagnostics do not run across MIG instances. SKIP when no GPU supports MIG and none is expected.
+    ERROR naming a GPU whose MIG mode could not be read, or reads N/A while its peers report one; FAIL (ISOLATE)
+    for a lost GPU.
     """
     want = bool(section(ctx, "mig").get("enabled", False))
     gated = smi_gate(ctx, "gpu.mig")
     if gated:
         return gated
     gpus = ctx.facts["smi"].gpus
-    capable = [g for g in gpus if g.mig_mode is not None]
+    split = split_gpus(ctx, "gpu.mig", "MIG mode", ("mig_mode",), required=False)
+    capable = split.known
     word = "Enabled" if want else "Disabled"
+    if not capable and split.findings:
+        return split.findings
     if not capable:
         if want:
             return [ctx.finding("gpu.mig", Verdict.FAIL, "the profile expects MIG enabled but no GPU supports MIG",
@@ -135,6 +148,8 @@ def gpu_mig(ctx: NodeContext) -> list[Finding]:
         return [ctx.finding("gpu.mig", Verdict.FAIL,
                             f"MIG mode {actual} on {len(wrong)} of {len(gpus)} GPUs ({labels}); expected {word}",
                             observed=actual, expected=word, gpu=wrong[0].index if len(wrong) == 1 else None,
-                            remediation=Remediation.TUNE, collector=SMI)]
+                            remediation=Remediation.TUNE, collector=SMI), *split.findings]
+    if split.findings:
+        return split.findings
     return [ctx.finding("gpu.mig", Verdict.PASS, f"MIG mode {word} on every GPU", observed=word, expected=word,
                         collector=SMI)]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nvdeploy.checks.common import SMI, smi_gate, version_tuple
+from nvdeploy.checks.common import LOST_ACTION, SMI, gpu_label, smi_gate, version_tuple
 from nvdeploy.checks.registry import NodeContext, register
 from nvdeploy.results import Finding, Remediation, Verdict
 
@@ -13,12 +13,21 @@ def driver_loaded(ctx: NodeContext) -> list[Finding]:
 
     nvidia-smi's exit code decides: 9 driver not loaded, 18 driver/library mismatch (reboot), 15 a GPU fell off
     the bus, 14 infoROM corrupted, 6 no devices: FAIL. A hang, an unknown exit code or cut-off output: ERROR.
+    Exit 15 with a complete table in which a GPU reads ``GPU is lost``: FAIL (ISOLATE) naming that GPU, and the
+    other GPUs' facts are still judged by the other checks.
     """
     status = ctx.facts["smi_status"]
     if not status.usable:
         return [ctx.finding("driver.loaded", status.verdict, status.summary, reason=status.reason,
                             remediation=status.remediation, collector=SMI)]
     smi = ctx.facts["smi"]
+    lost = [g for g in (smi.gpus if smi is not None else ()) if g.lost]
+    if lost:
+        return [ctx.finding("driver.loaded", Verdict.FAIL,
+                            f"driver {smi.driver_version} loaded but {', '.join(map(gpu_label, lost))} is lost "
+                            f"(GPU_IS_LOST, nvidia-smi exit 15): {LOST_ACTION}", observed="GPU is lost",
+                            gpu=lost[0].index if len(lost) == 1 else None, remediation=Remediation.ISOLATE,
+                            collector=SMI)]
     return [ctx.finding("driver.loaded", Verdict.PASS, f"driver {smi.driver_version} loaded",
                         observed=smi.driver_version, collector=SMI)]
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from nvdeploy.checks.common import SMI, gpu_label, smi_gate
+from nvdeploy.checks.common import SMI, gpu_label, smi_gate, split_gpus
 from nvdeploy.checks.gating import section
 from nvdeploy.checks.registry import NodeContext, register
-from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
+from nvdeploy.results import Finding, Remediation, Verdict
 
 
 def _link(gen: object, width: object) -> str:
@@ -20,7 +20,8 @@ def pcie_link(ctx: NodeContext) -> list[Finding]:
     FAIL (naming the GPU): a link trained below its maximum: a narrower width (x8 instead of x16) means a badly
     seated GPU, riser or cable: ISOLATE and reseat; a lower generation alone: REBOOT, then ISOLATE if it stays.
     WARN (INVESTIGATE): the maximum itself is below the profile's ``pcie: {gen, width}`` (a slot, BIOS setting or
-    retimer limits every link). ERROR when nvidia-smi did not report the link.
+    retimer limits every link). ERROR naming each GPU whose link nvidia-smi did not report (FAIL, ISOLATE for a
+    lost GPU).
 
     Parameters: the profile's ``pcie.gen`` and ``pcie.width``. Note: GPUs that lower their link generation to
     save power when idle would show here; datacenter GPUs with persistence mode keep the link at speed.
@@ -30,12 +31,10 @@ def pcie_link(ctx: NodeContext) -> list[Finding]:
         return gated
     expected = section(ctx, "pcie")
     findings: list[Finding] = []
-    unknown = []
-    for gpu in ctx.facts["smi"].gpus:
+    split = split_gpus(ctx, "pcie.link", "PCIe link",
+                       ("pcie_gen_current", "pcie_gen_max", "pcie_width_current", "pcie_width_max"), required=True)
+    for gpu in split.known:
         values = (gpu.pcie_gen_current, gpu.pcie_gen_max, gpu.pcie_width_current, gpu.pcie_width_max)
-        if any(v is None for v in values):
-            unknown.append(gpu)
-            continue
         gen_cur, gen_max, width_cur, width_max = values
         if width_cur < width_max or gen_cur < gen_max:
             narrow = width_cur < width_max
@@ -52,12 +51,10 @@ def pcie_link(ctx: NodeContext) -> list[Finding]:
                 f"profile expects {_link(expected.get('gen'), expected.get('width'))}",
                 observed=_link(gen_max, width_max), expected=_link(expected.get("gen"), expected.get("width")),
                 gpu=gpu.index, remediation=Remediation.INVESTIGATE, collector=SMI))
+    findings.extend(split.findings)
     if findings:
         return findings
-    if unknown:
-        return [ctx.finding("pcie.link", Verdict.ERROR, f"{len(unknown)} GPU(s) did not report their PCIe link",
-                            reason=ErrorReason.UNPARSEABLE, collector=SMI)]
-    gpus = ctx.facts["smi"].gpus
+    gpus = split.known
     links = sorted({_link(g.pcie_gen_current, g.pcie_width_current) for g in gpus})
     return [ctx.finding("pcie.link", Verdict.PASS, f"every GPU's PCIe link at its maximum ({', '.join(links)})",
                         observed=", ".join(links),

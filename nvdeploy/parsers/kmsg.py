@@ -3,7 +3,8 @@
 Lines are searched, not anchored, so any timestamp or syslog prefix (``[  888.3]``, ``[Sun Feb 23 16:24:18 2025]``,
 ``Oct 30 09:49:36 host kernel:``, ``kern  :err   :``) is accepted. Continuation lines (journalctl's indented
 wrap, GSP RPC history tables, call traces) never start an event. NVSwitch ``SXid`` lines are SXid events and are
-never counted as Xid.
+never counted as Xid. A log cut to its newest bytes (``partial_first_line=True``) starts mid-line: that first
+line is dropped, never half-read.
 """
 
 from __future__ import annotations
@@ -32,15 +33,24 @@ class XidEvent:
 
 @dataclass(frozen=True)
 class SxidEvent:
-    """One NVSwitch ``SXid`` line. ``device`` is the switch's PCI address, else its ``nvidia-nvswitchN`` name."""
+    """One NVSwitch ``SXid`` line: ``nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 48 LTSSM Fault Up``.
+
+    ``device`` is the switch's PCI address, else its ``nvidia-nvswitchN`` name; ``switch`` the ``nvidia-nvswitchN``
+    name when printed; ``fatal`` what the driver flagged (``Fatal`` True, ``Non-fatal`` False, neither None);
+    ``link`` the NVLink port number when the message names one; ``text`` the message after the SXid number.
+    """
 
     sxid: int
     device: str | None
     text: str
     line: str
+    switch: str | None = None
+    fatal: bool | None = None
+    link: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sxid": self.sxid, "device": self.device, "text": self.text, "line": self.line}
+        return {"sxid": self.sxid, "device": self.device, "switch": self.switch, "fatal": self.fatal,
+                "link": self.link, "text": self.text, "line": self.line}
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,8 @@ class KmsgFacts:
     sxid_events: tuple[SxidEvent, ...] = ()
     aer_events: tuple[AerEvent, ...] = ()
     warnings: tuple[str, ...] = ()
+    # The partial first line of a log cut to its newest bytes, dropped unread (empty when none was dropped).
+    dropped_first_line: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -72,6 +84,7 @@ class KmsgFacts:
             "sxid_events": [e.to_dict() for e in self.sxid_events],
             "aer_events": [e.to_dict() for e in self.aer_events],
             "warnings": list(self.warnings),
+            "dropped_first_line": self.dropped_first_line,
         }
 
 
@@ -80,6 +93,9 @@ _SXID_RE = re.compile(
     r"(?:(?P<dev>nvidia-nvswitch\d*)\s*:\s*)?\bSXid\s*\(\s*(?:PCI:)?(?P<pci>[^)]*?)\s*\)\s*:\s*(?P<sxid>\d+)\b"
     r"[,:]?\s*(?P<rest>.*)$"
 )
+# The severity word NVSwitch drivers print after the SXid number ("Fatal", "Non-fatal", "Nonfatal").
+_SXID_SEVERITY_RE = re.compile(r"^(?P<word>Non-?\s*fatal|Fatal)\b\s*[,:]?\s*", re.IGNORECASE)
+_SXID_LINK_RE = re.compile(r"\bLink\s*(?:#\s*)?(\d+)\b", re.IGNORECASE)
 _PID_RE = re.compile(r"^pid\s*=\s*(?:'?<unknown>'?|'?(?P<pid>\d+)'?|[^,]*)\s*(?:,\s*|$)")
 _NAME_RE = re.compile(r"^name\s*=\s*[^,]*(?:,\s*|$)")
 _PCI_DEV = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
@@ -113,6 +129,18 @@ def _xid_event(match: re.Match[str], line: str) -> XidEvent:
     return XidEvent(int(match.group("xid")), match.group("pci") or None, pid, rest.strip(), line)
 
 
+def _sxid_event(match: re.Match[str], line: str) -> SxidEvent:
+    rest = match.group("rest").strip()
+    fatal: bool | None = None
+    severity = _SXID_SEVERITY_RE.match(rest)
+    if severity:
+        fatal = not severity.group("word").lower().startswith("non")
+    link = _SXID_LINK_RE.search(rest)
+    device = match.group("pci") or match.group("dev")
+    return SxidEvent(int(match.group("sxid")), device or None, rest, line, switch=match.group("dev") or None,
+                     fatal=fatal, link=int(link.group(1)) if link else None)
+
+
 def _aer_event(line: str) -> AerEvent | None:
     if "AER" not in line and "PCIe Bus Error" not in line:
         return None
@@ -123,11 +151,17 @@ def _aer_event(line: str) -> AerEvent | None:
     return AerEvent(source.group(1).lower() if source else None, severity, line)
 
 
-def parse_kmsg(text: str) -> KmsgFacts:
-    """Read Xid, SXid and PCIe AER events from kernel log text. Never raises."""
+def parse_kmsg(text: str, partial_first_line: bool = False) -> KmsgFacts:
+    """Read Xid, SXid and PCIe AER events from kernel log text. Never raises.
+
+    ``partial_first_line``: the text is the tail of a longer log, so its first line is a fragment (dropped).
+    """
     text, warnings = _prepare(text)
+    dropped = ""
+    if partial_first_line:
+        dropped, _, text = text.partition("\n")
     if not text.strip():
-        return KmsgFacts(warnings=(*warnings, "empty input"))
+        return KmsgFacts(warnings=(*warnings, "empty input"), dropped_first_line=dropped)
     xids: list[XidEvent] = []
     sxids: list[SxidEvent] = []
     aers: list[AerEvent] = []
@@ -138,8 +172,7 @@ def parse_kmsg(text: str) -> KmsgFacts:
             continue
         sxid = _SXID_RE.search(line)
         if sxid:
-            device = sxid.group("pci") or sxid.group("dev")
-            sxids.append(SxidEvent(int(sxid.group("sxid")), device or None, sxid.group("rest").strip(), line))
+            sxids.append(_sxid_event(sxid, line))
             continue
         xid = _XID_RE.search(line)
         if xid:
@@ -159,4 +192,4 @@ def parse_kmsg(text: str) -> KmsgFacts:
     counts: dict[str, int] = {}
     for event in sorted(xids, key=lambda e: e.xid):
         counts[str(event.xid)] = counts.get(str(event.xid), 0) + 1
-    return KmsgFacts(tuple(xids), counts, tuple(sxids), tuple(aers), tuple(warnings))
+    return KmsgFacts(tuple(xids), counts, tuple(sxids), tuple(aers), tuple(warnings), dropped)

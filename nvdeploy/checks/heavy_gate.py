@@ -82,6 +82,9 @@ def unfit_reason(results: Mapping[str, CommandResult], facts: Mapping[str, Any])
         if lost:
             return f"a GPU is lost (NVML: {lost.group(0)})"
     lspci, smi_facts, status = facts.get("lspci"), facts.get("smi"), facts.get("smi_status")
+    lost_gpus = [g for g in getattr(smi_facts, "gpus", ()) if getattr(g, "lost", False)]
+    if lost_gpus:
+        return f"a GPU is lost (GPU_IS_LOST: GPU {', '.join(str(g.index) for g in lost_gpus)})"
     if lspci is not None and smi_facts is not None and (status is None or status.usable):
         on_bus, seen = len(lspci.gpus), len(smi_facts.gpus)
         if on_bus > seen:
@@ -113,6 +116,8 @@ def busy_skip(results: Mapping[str, CommandResult]) -> Optional[HeavySkip]:
         return HeavySkip(ErrorReason.BUSY, f"skipped: the node is busy: {len(apps.processes)} GPU compute "
                          f"process(es) run: {shown}{more}; heavy tests would disturb them (--allow-busy runs them "
                          "anyway)")
+    if result.truncated:
+        return HeavySkip(ErrorReason.NOT_RUN, unknown.format(f"{query}: output exceeded the capture limit"))
     if apps.warnings:
         return HeavySkip(ErrorReason.NOT_RUN, unknown.format(f"{query} output not understood: {apps.warnings[0]}"))
     return None

@@ -66,6 +66,11 @@ def test_more_gpus_on_the_bus_than_in_the_driver_is_a_lost_gpu():
     assert unfit_reason(smi(), facts) == "a GPU is lost (8 NVIDIA GPUs on the PCIe bus, the driver lists 7)"
 
 
+def test_a_gpu_the_probe_reports_lost_is_named():
+    facts = {"smi": SimpleNamespace(gpus=[SimpleNamespace(index=0, lost=False), SimpleNamespace(index=5, lost=True)])}
+    assert unfit_reason(smi(), facts) == "a GPU is lost (GPU_IS_LOST: GPU 5)"
+
+
 def test_xid79_in_the_kernel_log_is_unfit():
     facts = {"kmsg": SimpleNamespace(xid_counts={"79": 1})}
     assert unfit_reason(smi(), facts) == "Xid 79 in the kernel log (a GPU fell off the bus)"
@@ -92,6 +97,7 @@ def test_busy_node_names_its_processes():
     result("compute_apps", None, timed_out=True, error=ErrorReason.TIMEOUT, error_detail="timed out after 20 s"),
     result("compute_apps", 2, "", 'Field "used_memory" is not a valid field to query.'),
     result("compute_apps", 0, "garbage line\n"),
+    result("compute_apps", 0, "garbage", truncated=True),
 ])
 def test_an_unreadable_process_list_is_never_idle(apps):
     skip = busy_skip({} if apps is None else {"compute_apps": apps})

@@ -141,7 +141,7 @@ class _Refusing(Transport):
 def test_a_batch_refused_by_another_runs_lock_is_error_busy_naming_the_holder(tmp_path, monkeypatch, raise_it):
     transports: list[_Refusing] = []
 
-    def fake(host, catalog, options, peers=()):
+    def fake(host, catalog, options, peers=(), **kwargs):
         transports.append(_Refusing(raise_it))
         return transports[-1]
 

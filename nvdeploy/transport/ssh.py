@@ -437,11 +437,11 @@ class SSHTransport(Transport):
         if jump is None:
             if expired:
                 return TransportError(ErrorReason.UNREACHABLE, _expiry_detail(self._conn, target, timeout))
-            return _classify(exc, self.address, self.port, timeout)
+            return _classify(exc, self.address, self.port, timeout, _user_known_hosts(self.known_hosts))
         via = f"{jump[0]}:{jump[1]}"
         if failing == "jump":
             inner = (TransportError(ErrorReason.UNREACHABLE, _expiry_detail(self._jump_conn, via, timeout))
-                     if expired else _classify(exc, jump[0], jump[1], timeout))
+                     if expired else _classify(exc, jump[0], jump[1], timeout, _user_known_hosts(self.known_hosts)))
             return TransportError(inner.reason, f"cannot reach {target} through jump host {via}: {inner.detail}")
         if failing == "channel":
             if expired:
@@ -452,7 +452,7 @@ class SSHTransport(Transport):
                 detail = f"jump host {via} dropped the connection while opening one to {target}: {exc}"
             return TransportError(ErrorReason.UNREACHABLE, detail)
         inner = (TransportError(ErrorReason.UNREACHABLE, _expiry_detail(self._conn, target, timeout))
-                 if expired else _classify(exc, self.address, self.port, timeout))
+                 if expired else _classify(exc, self.address, self.port, timeout, _user_known_hosts(self.known_hosts)))
         return TransportError(inner.reason, f"{inner.detail} (through jump host {via})")
 
     def run_batch(self, commands: Sequence[CommandSpec], deadline_s: Optional[float] = None) -> list[CommandResult]:
@@ -624,7 +624,8 @@ def _expiry_detail(conn: Optional[Connection], where: str, timeout_s: float) -> 
     return f"SSH key exchange or authentication with {where} did not complete within {timeout_s:g} s"
 
 
-def _classify(exc: BaseException, address: str, port: int, timeout_s: float) -> TransportError:
+def _classify(exc: BaseException, address: str, port: int, timeout_s: float,
+              known_hosts: Optional[Path] = None) -> TransportError:
     where = f"{address}:{port}"
     if isinstance(exc, paramiko.BadHostKeyException):
         return TransportError(ErrorReason.HOST_KEY, f"HOST KEY CHANGED for {where}: the node presented "
@@ -637,8 +638,8 @@ def _classify(exc: BaseException, address: str, port: int, timeout_s: float) -> 
         return TransportError(ErrorReason.AUTH, f"authentication to {where} failed: {exc}")
     message = str(exc)
     if isinstance(exc, paramiko.SSHException) and "known_hosts" in message:
-        return TransportError(ErrorReason.HOST_KEY, f"host key of {where} is not in known_hosts; add it (ssh-keyscan "
-                              "and verify) or rerun with --accept-new-host-keys")
+        return TransportError(ErrorReason.HOST_KEY, f"host key of {where} is not in {known_hosts or 'known_hosts'}; "
+                              "add it (ssh-keyscan and verify) or rerun with --accept-new-host-keys")
     if isinstance(exc, (socket.timeout, TimeoutError)):
         return TransportError(ErrorReason.UNREACHABLE, f"connect to {where} timed out after {timeout_s:g} s")
     if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):

@@ -143,8 +143,9 @@ def evaluate_diag(ctx: NodeContext, level: int) -> list[Finding]:
                                     observed="missing", expected="Pass", reason=ErrorReason.NOT_RUN,
                                     collector=collector))
     if not facts.complete:
-        findings.append(ctx.finding(check_id, Verdict.ERROR,
-                                    f"dcgmi diag -r {level} output is cut off (incomplete JSON): results not trusted",
+        cut = ("is a fragment (a pasted piece): the tests and GPUs outside it, and the run's end, cannot be judged"
+               if getattr(facts, "fragment", False) else "is cut off (incomplete JSON): results not trusted")
+        findings.append(ctx.finding(check_id, Verdict.ERROR, f"dcgmi diag -r {level} output {cut}",
                                     reason=ErrorReason.INCOMPLETE, collector=collector))
     failed = any(f.verdict is Verdict.FAIL for f in findings)
     if result.rc not in (0, DIAG_FAILED_RC) and not failed:

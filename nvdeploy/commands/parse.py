@@ -6,6 +6,10 @@ Never a traceback: a parser bug becomes a warning.
 
 ``--verdicts --profile NAME`` also runs the checks that read this kind of output (the same functions
 ``nvdeploy validate`` runs, against the profile's thresholds) and prints their findings under ``"verdicts"``.
+
+``dcgmi diag`` output also gets ``"gpu_verdicts"`` (GPU -> test -> verdict, "all" for a verdict not tied to a GPU):
+the per-GPU picture of a pasted piece at a glance. A pasted *fragment* (rows without the table header, JSON without
+its root) says ``"fragment": true``; ``--verdicts`` then reports the FAIL it shows and stays ERROR for the rest.
 """
 
 from __future__ import annotations
@@ -52,6 +56,19 @@ def _plain(facts: Any) -> dict[str, Any]:
     data.setdefault("warnings", [])
     data["warnings"] = list(data["warnings"] or [])
     return data
+
+
+def gpu_verdicts(facts: Any) -> dict[str, dict[str, str]]:
+    """``dcgmi diag`` facts as GPU -> test -> verdict (the worst when a test lists a GPU twice)."""
+    rank = {"FAIL": 4, "WARN": 3, "PASS": 2, "SKIP": 1}
+    out: dict[str, dict[str, str]] = {}
+    for test in getattr(facts, "tests", ()):
+        for result in test.results:
+            row = out.setdefault("all" if result.gpu is None else str(result.gpu), {})
+            old = row.get(test.name)
+            if old is None or rank.get(result.verdict, 5) > rank.get(old, 5):
+                row[test.name] = result.verdict
+    return dict(sorted(out.items(), key=lambda kv: (kv[0] == "all", int(kv[0]) if kv[0].isdigit() else 0)))
 
 
 def _read(file: str) -> str:
@@ -172,6 +189,8 @@ def parse_command(fmt: str, file: str, verdicts: bool, profile_name: Optional[st
     try:
         parsed = FORMATS[name](text)
         out.update(_plain(parsed))
+        if name == "dcgmi-diag":
+            out["gpu_verdicts"] = gpu_verdicts(parsed)
     except Exception as exc:  # noqa: BLE001 - parsers never raise; if one does, say so instead of a traceback
         parsed = None
         out["warnings"] = [f"parser error ({type(exc).__name__}: {exc}); please report it with the input"]

@@ -5,6 +5,10 @@ JSON is read with a lenient reader: text before the first ``{`` (warning lines) 
 ignored, a truncated document yields everything up to the cut (``complete`` False). The text table is read cell
 by cell; DCGM wraps long messages into 45-character chunks, which are joined back. Output printed twice (srun)
 is read once. Verdicts are normalised to PASS / FAIL / WARN / SKIP. Never raises.
+
+Pasted *fragments* are read too (``fragment`` True, never ``complete``): table rows without the ``| Diagnostic |
+Result |`` header, and JSON that starts inside the document (a test object, a ``"results"`` entity list, a trailing
+comma). They give what they show, test by test and GPU by GPU; what lies outside them is unknown.
 """
 
 from __future__ import annotations
@@ -57,7 +61,9 @@ class DcgmDiagFacts(_Facts):
     """``overall``: ``Overall Result`` when printed, else the worst verdict, FAIL > WARN > PASS > SKIP (so PASS
     with every plugin skipped is PASS; look at ``tests``), None when no verdict was read. ``runtime_error``: the
     error dcgmi printed instead of results. ``complete``: False for truncated JSON or a table without its
-    closing border."""
+    closing border. ``fragment``: the input is a piece cut out of the output (table rows without the header, JSON
+    without its root object): never ``complete``, and ``overall`` is only a FAIL or WARN it shows (the whole run's
+    result is at least that), else None."""
 
     format: str = "text"
     dcgm_version: str | None = None
@@ -68,6 +74,7 @@ class DcgmDiagFacts(_Facts):
     warnings: tuple[str, ...] = ()
     hostengine_unreachable: bool = False
     runtime_error: str | None = None
+    fragment: bool = False
 
 
 @dataclass(frozen=True)
@@ -272,6 +279,123 @@ def _parse_json(text: str, start: int, warnings: list[str], unreachable: bool) -
                          unreachable or bool(runtime_error and _HOSTENGINE_RE.search(runtime_error)), runtime_error)
 
 
+# ------------------------------------------------------------------------------------------ pasted fragments
+UNNAMED_TEST = "(test name not in the fragment)"
+_ENTITY_KEYS = ("entity_id", "gpu_id", "gpu_ids")
+_JSON_STATUS_RE = re.compile(r'"status"\s*:\s*"')
+_JSON_RESULT_KEY_RE = re.compile(r'"(?:entity_id|entity_group|gpu_ids?|test_summary)"\s*:')
+# where a JSON fragment starts: a line opening an object or list, or a line starting with a "key":
+_JSON_PIECE_RE = re.compile(r'^[ \t]*(?=[{\[]|"[^"\n]{1,200}"\s*:)', re.MULTILINE)
+_FRAGMENT_NOTE = "input is a fragment of dcgmi diag output ({}): only the tests and GPUs it shows are read"
+_MAX_PIECES = 100_000
+
+
+def _looks_like_json_fragment(text: str) -> bool:
+    return bool(_JSON_STATUS_RE.search(text) and _JSON_RESULT_KEY_RE.search(text))
+
+
+def _json_pieces(reader: _Json) -> list[Any]:
+    """The values of a JSON fragment, in order. ``"key": value`` pairs outside any object (the fragment began
+    inside one) are gathered into a dict; closing brackets whose openers lie before the fragment, and commas, are
+    skipped."""
+    pieces: list[Any] = []
+    loose: dict[str, Any] | None = None
+    while reader._more() and len(pieces) < _MAX_PIECES:
+        c = reader.s[reader.i]
+        if c in ",]}":
+            reader.i += 1
+            continue
+        if c != '"':
+            loose = None
+            pieces.append(reader.value(1))
+            continue
+        key = reader._string()
+        if reader._more() and reader.s[reader.i] == ":":
+            reader.i += 1
+            if loose is None:
+                loose = {}
+                pieces.append(loose)
+            loose.setdefault(key, reader.value(1))
+        else:
+            loose = None
+    return pieces
+
+
+class _FragmentTests:
+    """Finds tests in the values of a JSON fragment: whole test categories, test objects (``name`` + ``results``),
+    and entity results whose test object began before the fragment (gathered under ``UNNAMED_TEST``)."""
+
+    def __init__(self, warnings: list[str]) -> None:
+        self.warnings = warnings
+        self.tests: list[DcgmTest] = []
+        self.orphans: list[DcgmResult] = []
+        self.orphan_at = -1  # where the unnamed test goes among the named ones (it came first in the text)
+        self.summary: dict[str, Any] = {}
+
+    def visit(self, value: Any, depth: int = 0) -> None:
+        if depth > 60:
+            return
+        if isinstance(value, list):
+            for item in value:
+                self.visit(item, depth + 1)
+            return
+        if not isinstance(value, dict):
+            return
+        if isinstance(value.get("test_categories"), list):
+            self.tests.extend(_json_tests(value, self.warnings))
+        elif isinstance(value.get("tests"), list):
+            self.tests.extend(_json_tests({"test_categories": [value]}, self.warnings))
+        elif isinstance(value.get("name"), str) and isinstance(value.get("results"), list):
+            self.tests.extend(_json_tests({"test_categories": [{"tests": [value]}]}, self.warnings))
+        elif "status" in value and any(key in value for key in _ENTITY_KEYS):
+            if self.orphan_at < 0:
+                self.orphan_at = len(self.tests)
+            self.orphans.extend(_json_results(value))
+        else:
+            if isinstance(value.get("test_summary"), dict) and not self.summary:
+                self.summary = value["test_summary"]
+            for item in value.values():
+                self.visit(item, depth + 1)
+
+    def result(self) -> list[DcgmTest]:
+        if not self.orphans:
+            return self.tests
+        unknown = [r.verdict for r in self.orphans if r.verdict not in _RANK]
+        if unknown and len(self.warnings) < _MAX_WARNINGS:
+            self.warnings.append(f"verdict not understood: {unknown[0]!r}")
+        unnamed = DcgmTest(UNNAMED_TEST, None, tuple(self.orphans),
+                           _verdict(self.summary.get("status")) or _worst(r.verdict for r in self.orphans),
+                           tuple(_messages(self.summary)))
+        return [*self.tests[:self.orphan_at], unnamed, *self.tests[self.orphan_at:]]
+
+
+def _fragment_overall(tests: Any) -> str | None:
+    """A fragment proves at most that the run's result is no better than the worst verdict it shows."""
+    worst = _worst(t.verdict for t in tests)
+    return worst if worst in ("FAIL", "WARN") else None
+
+
+def _parse_json_fragment(text: str, warnings: list[str], unreachable: bool) -> DcgmDiagFacts | None:
+    """A JSON excerpt that starts inside the document; None when it holds no test result."""
+    first = _JSON_PIECE_RE.search(text)
+    if first is None:
+        return None
+    start = first.end()
+    reader = _Json(text, start)
+    found = _FragmentTests(list(warnings))
+    found.visit(_json_pieces(reader))
+    tests = found.result()
+    if not any(r.verdict in _RANK for t in tests for r in t.results):
+        return None
+    out = found.warnings
+    if text[:start].strip():
+        out.append(f"text before the JSON ignored: {text[:start].strip()[:200]!r}")
+    out.append(_FRAGMENT_NOTE.format("JSON without its root object"))
+    out.extend(f"malformed JSON: {problem}" for problem in reader.problems[:5])
+    return DcgmDiagFacts("json", None, None, _fragment_overall(tests), tuple(tests), False, tuple(out),
+                         unreachable, None, True)
+
+
 # ------------------------------------------------------------------------------------------------ text table
 _BORDER_RE = re.compile(r"^\+[-=+]+$")
 _CATEGORY_RE = re.compile(r"^[|+]-+\s+([A-Za-z][\w /]*?)\s+-+[+|]")
@@ -310,9 +434,11 @@ def _add_message(results: list[tuple[int | None, str, list[str]]], message: str,
 
 
 class _Table:
-    """Reads one ``dcgmi diag`` table; ``tests`` holds [name, category, results] lists."""
+    """Reads one ``dcgmi diag`` table; ``tests`` holds [name, category, results] lists. A ``fragment`` table began
+    without its header: verdict rows above its first test row go to ``UNNAMED_TEST``."""
 
-    def __init__(self) -> None:
+    def __init__(self, fragment: bool = False) -> None:
+        self.fragment = fragment
         self.tests: list[list[Any]] = []
         self.category: str | None = None
         self.closed = False
@@ -352,6 +478,8 @@ class _Table:
             self.tests.append([name, self.category, []])
             if not results and len(warnings) < _MAX_WARNINGS:
                 warnings.append(f"result of {name!r} not understood: {cell.strip()[:100]!r}")
+        if results and self.fragment and not (self.tests and self.tests[-1][1] == self.category):
+            self.tests.append([UNNAMED_TEST, self.category, []])  # "|  | Fail - GPU: 0 |" on the first line
         if self.tests and self.tests[-1][1] == self.category:
             self.tests[-1][2].extend(results)
             if not results and not name and cell.strip() and self.tests[-1][2]:
@@ -363,10 +491,11 @@ class _Table:
         return tuple(DcgmTest(*t, _worst(r.verdict for r in t[2])) for t in tests)
 
 
-def _parse_text(text: str, warnings: list[str], unreachable: bool) -> DcgmDiagFacts:
+def _read_tables(text: str, warnings: list[str], meta: dict[str, str], errors: list[str],
+                 fragment: bool) -> list[_Table]:
+    """The tables of ``text``: each opened by its ``| Diagnostic | Result |`` header or, for a ``fragment``, by
+    the first table row after prose (a paste may hold several pieces)."""
     tables: list[_Table] = []
-    meta: dict[str, str] = {}
-    errors: list[str] = []
     table: _Table | None = None
     for raw in text.split("\n"):
         line = raw.strip()
@@ -380,9 +509,13 @@ def _parse_text(text: str, warnings: list[str], unreachable: bool) -> DcgmDiagFa
         if name == "Diagnostic" and cell.strip() == "Result":
             table = _Table()
             tables.append(table)
-        elif table is None or table.closed or not line:
             continue
-        elif _BORDER_RE.match(line):
+        if fragment and line and (table is None or table.closed) and not _BORDER_RE.match(line):
+            table = _Table(fragment=True)
+            tables.append(table)
+        if table is None or table.closed or not line:
+            continue
+        if _BORDER_RE.match(line):
             table.flush(warnings)
             table.closed = bool(table.tests or table.category)  # the border under the header opens, not closes
         elif category := _CATEGORY_RE.match(line):
@@ -395,7 +528,22 @@ def _parse_text(text: str, warnings: list[str], unreachable: bool) -> DcgmDiagFa
             table.row(name, cell, warnings)
     for table in tables:
         table.flush(warnings)
-    frozen = [(t.freeze(), t.closed) for t in tables]
+    return tables
+
+
+def _parse_text(text: str, warnings: list[str], unreachable: bool) -> DcgmDiagFacts:
+    meta: dict[str, str] = {}
+    errors: list[str] = []
+    base = list(warnings)
+    tables = _read_tables(text, warnings, meta, errors, fragment=False)
+    fragment = False
+    if not tables:  # no header: read the rows a paste holds, if they show any verdict
+        piece_warnings, piece_meta, piece_errors = list(base), {}, []  # type: ignore[var-annotated]
+        pieces = _read_tables(text, piece_warnings, piece_meta, piece_errors, fragment=True)
+        if any(r[1] in _RANK for t in pieces for test in t.tests for r in test[2]):
+            tables, meta, errors, warnings, fragment = pieces, piece_meta, piece_errors, piece_warnings, True
+            warnings.append(_FRAGMENT_NOTE.format("table rows without the 'Diagnostic | Result' header"))
+    frozen = [(t.freeze(), t.closed and not fragment) for t in tables]
     if len(frozen) > 1 and all(tests == frozen[0][0] for tests, _ in frozen):
         warnings.append(f"the same results table was printed {len(frozen)} times; read once")
         frozen = [(frozen[0][0], all(done for _, done in frozen))]
@@ -403,10 +551,11 @@ def _parse_text(text: str, warnings: list[str], unreachable: bool) -> DcgmDiagFa
     runtime_error = "; ".join(errors) or None
     if not frozen and not runtime_error:
         warnings.append("no 'dcgmi diag' results table found")
+    overall = _fragment_overall(all_tests) if fragment else _worst(t.verdict for t in all_tests)
     return DcgmDiagFacts("text", meta.get("DCGM Version") or None, meta.get("Driver Version Detected") or None,
-                         _worst(t.verdict for t in all_tests), all_tests, bool(frozen) and frozen[-1][1],
-                         tuple(warnings), unreachable or bool(runtime_error and _HOSTENGINE_RE.search(runtime_error)),
-                         runtime_error)
+                         overall, all_tests, bool(frozen) and frozen[-1][1], tuple(warnings),
+                         unreachable or bool(runtime_error and _HOSTENGINE_RE.search(runtime_error)),
+                         runtime_error, fragment)
 
 
 def parse_dcgm_diag(text: str) -> DcgmDiagFacts:
@@ -419,9 +568,17 @@ def parse_dcgm_diag(text: str) -> DcgmDiagFacts:
     table_start = re.search(r"^\s*\|\s*Diagnostic\s*\|", text, re.MULTILINE)
     if json_start and (not table_start or json_start.start() < table_start.start()):
         start = text.index("{", json_start.start())
+        base = list(warnings)
         if text[:start].strip():
             warnings.append(f"text before the JSON ignored: {text[:start].strip()[:200]!r}")
-        return _parse_json(text, start, warnings, unreachable)
+        facts = _parse_json(text, start, warnings, unreachable)
+        if facts.tests or facts.runtime_error or not _looks_like_json_fragment(text):
+            return facts
+        return _parse_json_fragment(text, base, unreachable) or facts  # e.g. a test object, then a comma
+    if not table_start and _looks_like_json_fragment(text):  # e.g. starts at '"results" : ['
+        fragment = _parse_json_fragment(text, warnings, unreachable)
+        if fragment is not None:
+            return fragment
     return _parse_text(text, warnings, unreachable)
 
 

@@ -1,8 +1,9 @@
 """Recognise which tool printed a capture, and map format names to their parsers.
 
 ``detect_format`` looks only at content (never a file name). Distinctive signatures are tried first (XML root,
-DCGM JSON keys, table headers, ibstat device lines, Xid lines), looser ones last (``Key : value`` lines of
-``nvidia-smi -q`` excerpts, CSV headers, bare kernel-log timestamps). Never raises.
+DCGM JSON keys, table headers, pasted ``dcgmi diag`` rows and JSON pieces, ibstat device lines, Xid lines), looser
+ones last (``Key : value`` lines of ``nvidia-smi -q`` excerpts, CSV headers, bare kernel-log timestamps). Never
+raises.
 """
 
 from __future__ import annotations
@@ -34,6 +35,15 @@ _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("dcgmi-diag", re.compile(r"\"DCGM (?:GPU )?Diagnostic\"\s*:|\"test_categories\"\s*:")),
     ("dcgmi-diag", re.compile(r"^\s*\|\s*Diagnostic\s*\|\s*Result\s*\||^\s*[|+]-+\s+Deployment\s+-+[+|]"
                               r"|^Successfully ran diagnostic", _M)),
+    # a pasted piece of the table: a category divider, a per-GPU verdict cell, a DCGM 4 entity row, a test row
+    ("dcgmi-diag", re.compile(r"^\s*[|+]-{3,}\s+(?:Metadata|Integration|Hardware|Stress|Custom|Performance)\s+-{3,}[+|]"
+                              r"|^\s*\|[^|\n]*\|\s*(?:Pass|Fail|Warn|Skip)\s+-\s+(?:All\b|GPUs?\s*:\s*\d)"
+                              r"|^\s*\|\s*\|\s*(?:GPU|CPU)\s?\d{1,4}\s*:\s*(?:Pass|Fail|Warn|Skip)\b"
+                              r"|^\s*\|\s*(?:GPU Memory|PCIe|Targeted Stress|Targeted Power|Memory Bandwidth|Memtest|"
+                              r"Pulse Test|EUD Test|SM Stress|Denylist|Blacklist|NVML Library|CUDA Main Library|"
+                              r"Persistence Mode|Page Retirement/Row Remap|Graphics Processes|Inforom|software|memory|"
+                              r"pcie|diagnostic|targeted_stress|targeted_power|memory_bandwidth|nvbandwidth)\s*\|"
+                              r"\s*(?:Pass|Fail|Warn|Skip)\b", _M)),
     ("dcgmi-discovery", re.compile(r"^\s*\d+\s+(?:GPUs?|NvSwitch(?:es)?)\s+found\.|^\s*\|\s*GPU ID\s*\|"
                                    r"|^\s*\|\s*Instance Hierarchy\s*\|", _M)),
     ("nccl-tests", re.compile(r"^\W{0,20}#\s*nThread\s+\d|Avg bus bandwidth\s*:|#\s+out-of-place\s+in-place"
@@ -56,8 +66,16 @@ _SMI_KEYS_RE = re.compile(
 _CSV_CELL_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*(?:\s*\[[^\]]*\])?$")
 _CSV_KEYS = {"name", "gpu_name", "pci.bus_id", "gpu_bus_id", "uuid", "gpu_uuid", "index", "serial", "gpu_serial",
              "driver_version", "temperature.gpu", "memory.used", "memory.total", "utilization.gpu", "power.draw"}
+_DCGM_STATUS_RE = re.compile(r'"status"\s*:\s*"(?:Pass|Fail|Warn|Skip|Error|Not Run)"', _I)
+_DCGM_RESULT_KEY_RE = re.compile(r'"(?:entity_id|entity_group|gpu_ids?|test_summary)"\s*:')
 _KMSG_WEAK_RE = re.compile(r"^\s*\[\s*\d+\.\d+\]|^\s*\[[A-Z][a-z]{2} [A-Z][a-z]{2}\s+\d+ [\d:]+ \d{4}\]"
                            r"|^\s*[A-Z][a-z]{2}\s+\d+ [\d:]{8} \S+ kernel:|\bNVRM:", _M)
+
+
+def _dcgm_json_fragment(text: str) -> bool:
+    """A pasted piece of ``dcgmi diag -j`` output: a DCGM verdict ``"status"`` next to a DCGM result key (two
+    searches: one pattern spanning both would be quadratic on a large input)."""
+    return bool(_DCGM_STATUS_RE.search(text) and _DCGM_RESULT_KEY_RE.search(text))
 
 
 def _csv_header(text: str) -> bool:
@@ -78,6 +96,8 @@ def detect_format(text: str) -> str | None:
     for name, pattern in _SIGNATURES:
         if pattern.search(text):
             return name
+    if _dcgm_json_fragment(text):
+        return "dcgmi-diag"
     if len(_SMI_KEYS_RE.findall(text)) >= 2:
         return "nvidia-smi-text"
     if _csv_header(text):

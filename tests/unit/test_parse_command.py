@@ -16,6 +16,13 @@ REAL = Path(__file__).parent.parent / "fixtures" / "real"
 FILES = sorted(p for p in REAL.glob("*/*") if p.is_file() and p.suffix != ".tsv")
 FOLDER_FORMAT = {"dcgmi-diag-json": "dcgmi-diag", "dcgmi-diag-text": "dcgmi-diag", "nvvs": "dcgmi-diag",
                  "xid-logs": "kmsg"}
+FRAGMENTS = REAL / "fragments"  # pasted pieces, named "<format>-..."
+
+
+def _format_of(path: Path) -> str:
+    if path.parent.name == "fragments":
+        return next(f for f in ("dcgmi-diag", "dcgmi-discovery") if path.name.startswith(f + "-"))
+    return FOLDER_FORMAT.get(path.parent.name, path.parent.name)
 # Keys the issue requires per format ("null where the input does not say").
 REQUIRED = {
     "nvidia-smi": ["driver_version", "cuda_version", "gpus"],
@@ -108,6 +115,16 @@ KEY_FACTS: dict[str, dict[str, Any]] = {
     "dmesg-xid64-row-remapper-all-reserved-rows-remapped.log": {"xid_counts": {"64": 1}},
     "dmesg-T-xid43-xid31-mmu-fault-xid94-contained-535.183.01.log": {"xid_counts": {"31": 1, "43": 2, "94": 1}},
     "kmsg-gb200-nvlink5-xid145-xid149-lines-COLLECTION.log": {"xid_counts": {"145": 7, "149": 7}},
+    "dcgmi-diag-text-r2-gpu-memory-fail-gpu0-thermal-warning-no-header.txt": {
+        "fragment": True, "complete": False, "overall": "FAIL", "gpu_verdicts.0.GPU Memory": "FAIL",
+        "gpu_verdicts.7.GPU Memory": "PASS", "#gpu_verdicts": 8},
+    "dcgmi-diag-text-r2-dcgm3.3.1-mid-table-gpu-memory-fail-gpu0-cut-both-ends.txt": {
+        "fragment": True, "gpu_verdicts": {"0": {"GPU Memory": "FAIL"}, "1": {"GPU Memory": "PASS"}}},
+    "dcgmi-diag-text-dcgm4.2.3-4x26b9-header-then-cut-at-memory-row.txt": {
+        "fragment": False, "complete": False, "dcgm_version": "4.2.3", "gpu_verdicts.3.software": "PASS",
+        "gpu_verdicts.all.memory": "PASS"},
+    "dcgmi-diag-json-dcgm4-r3-8gpu-diagnostic-test-object-trailing-comma.json": {
+        "format": "json", "fragment": True, "overall": None, "#gpu_verdicts": 8, "gpu_verdicts.5.diagnostic": "PASS"},
 }
 
 
@@ -129,7 +146,7 @@ def test_every_real_capture_parses_with_auto(path: Path):
     result = parse("auto", str(path))
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    fmt = FOLDER_FORMAT.get(path.parent.name, path.parent.name)
+    fmt = _format_of(path)
     assert data["input_format"] == fmt
     assert isinstance(data["warnings"], list)
     family = "nvidia-smi" if fmt in ("nvidia-smi-xml", "nvidia-smi-text", "nvidia-smi-csv") else fmt
@@ -190,3 +207,34 @@ def test_verdicts_with_a_profile():
     by_check = {f["check"]: f["verdict"] for f in checks["findings"]}
     assert by_check["gpu.count"] == "PASS" and by_check["pcie.link"] == "PASS"
     assert by_check["clocks.throttle"] == "FAIL"  # HW Power Brake Slowdown is Active in this capture
+
+
+def test_pasted_fragment_verdicts_show_the_fail_and_stay_error_for_the_rest():
+    """Issue 14: a headerless piece of a dcgmi diag -r 2 table, judged: FAIL for GPU 0, ERROR for what it hides."""
+    piece = FRAGMENTS / "dcgmi-diag-text-r2-gpu-memory-fail-gpu0-thermal-warning-no-header.txt"
+    data = json.loads(parse("auto", str(piece), "--verdicts", "--profile", "h100-sxm-8x").output)
+    assert data["input_format"] == "dcgmi-diag" and data["fragment"] is True
+    verdicts = data["verdicts"]
+    assert verdicts["verdict"] == "FAIL"
+    by_verdict: dict[str, list[dict[str, Any]]] = {}
+    for finding in verdicts["findings"]:
+        by_verdict.setdefault(finding["verdict"], []).append(finding)
+    (fail,) = by_verdict["FAIL"]
+    assert fail["gpu"] == 0 and "GPU Memory failed" in fail["summary"] and "Thermal violations" in fail["summary"]
+    errors = " | ".join(f["summary"] for f in by_verdict["ERROR"])
+    assert "required test pcie is missing" in errors and "is a fragment" in errors
+    assert "PASS" not in by_verdict
+
+
+def test_pasted_json_fragment_that_only_passes_is_error_never_pass():
+    piece = FRAGMENTS / "dcgmi-diag-json-dcgm4-r3-8gpu-diagnostic-test-object-trailing-comma.json"
+    verdicts = json.loads(parse("auto", str(piece), "--verdicts", "--profile", "h100-sxm-8x").output)["verdicts"]
+    assert verdicts["verdict"] == "ERROR"
+    assert any("is a fragment" in f["summary"] for f in verdicts["findings"])
+    assert all(f["verdict"] == "ERROR" for f in verdicts["findings"])
+
+
+def test_fragment_from_stdin_with_explicit_format():
+    text = "|                           | Fail - GPU: 3                                  |\n"
+    data = json.loads(parse("dcgmi-diag", "-", input=text).output)
+    assert data["fragment"] is True and data["gpu_verdicts"] == {"3": {"(test name not in the fragment)": "FAIL"}}

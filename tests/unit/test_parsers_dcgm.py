@@ -1,5 +1,5 @@
 """dcgmi diag / discovery parsers against real captures (tests/fixtures/real/{dcgmi-diag-json,dcgmi-diag-text,nvvs,
-dcgmi-discovery}, see PROVENANCE.tsv)."""
+dcgmi-discovery}, and pasted pieces in fragments/, see PROVENANCE.tsv)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from nvdeploy.parsers.dcgm import (
+    UNNAMED_TEST,
     DcgmDiagFacts,
     DcgmDiscoveryFacts,
     DcgmGpu,
@@ -312,3 +313,144 @@ def test_dcgm4_text_entity_rows_and_entity_warnings() -> None:
     assert software.results == (DcgmResult(None, "FAIL"), DcgmResult(0, "PASS"), DcgmResult(
         1, "FAIL", ("Persistence Mode: Persistence mode for GPU 1 is disabled.",)))
     assert cpu.results == (DcgmResult(None, "PASS"), DcgmResult(None, "PASS", ("CPU0",)))
+
+
+# ------------------------------------------------------------------------------ pasted fragments (issue 14)
+FRAGMENTS = REAL / "fragments"
+GB10 = REAL / "dcgmi-diag-json/r1-GB10-DGX-Spark-dcgm4.2.3-580.82.09-software-fail-persistence-sram-sentinel.json"
+# file -> top-level facts, [(test name, category, [(gpu, verdict, #messages)])], message parts, warning parts
+FRAGMENT_EXPECT: dict[str, dict[str, Any]] = {
+    "dcgmi-diag-text-r2-gpu-memory-fail-gpu0-thermal-warning-no-header.txt": {
+        "top": {"format": "text", "fragment": True, "complete": False, "overall": "FAIL"},
+        "tests": [("GPU Memory", None, [(g, "PASS", 0) for g in range(1, 8)] + [(0, "FAIL", 1)])],
+        "messages": ["GPU 0 Thermal violations totaling 13.3 seconds started at 9.7 seconds into the test for GPU 0 "
+                     "Verify that the cooling on this machine is functional", "and any other components."],
+        "warn": ["fragment"],
+    },
+    "dcgmi-diag-text-r2-dcgm3.3.1-mid-table-gpu-memory-fail-gpu0-cut-both-ends.txt": {
+        "top": {"format": "text", "fragment": True, "complete": False, "overall": "FAIL", "dcgm_version": None},
+        "tests": [("GPU Memory", "Hardware", [(1, "PASS", 0), (0, "FAIL", 1)])],
+        "messages": ["GPU 0 Error using CUDA API cuCtxCreate", "Unable to create CUDA context: 'CUDA-capable device(s)"
+                     " is/are busy or unavailable'."],
+        # the Info rows above the first test row belong to a test outside the piece
+        "warn": ["fragment", "message row without a test: \"GPU 0 API call cudaStreamCreate failed",
+                 "message row without a test: 'GPU 1 GPU to Host bandwidth: 12.33 GB/s"],
+    },
+    "dcgmi-diag-text-dcgm4.2.3-4x26b9-header-then-cut-at-memory-row.txt": {
+        # the header is there: a table cut short (incomplete), not a headerless fragment
+        "top": {"format": "text", "fragment": False, "complete": False, "overall": "PASS", "dcgm_version": "4.2.3",
+                "driver_version": "570.148.08"},
+        "tests": [("software", "Deployment", [(None, "PASS", 0)] + [(g, "PASS", 0) for g in range(4)]),
+                  ("memory", "Hardware", [(None, "PASS", 0)])],
+        "messages": [], "warn": [],
+    },
+    "dcgmi-diag-json-dcgm4-r3-8gpu-diagnostic-test-object-trailing-comma.json": {
+        # all it shows passes: a fragment proves no overall PASS
+        "top": {"format": "json", "fragment": True, "complete": False, "overall": None},
+        "tests": [("diagnostic", None, [(0, "PASS", 3), (1, "PASS", 3), (2, "PASS", 2)]
+                   + [(g, "PASS", 0) for g in range(3, 8)])],
+        "messages": ["GPU 1 calculated at approximately 859.08 gigaflops during this test"],
+        "warn": ["fragment of dcgmi diag output (JSON without its root object)"],
+    },
+}
+
+
+def test_every_fragment_has_expectations() -> None:
+    assert sorted(p.name for p in FRAGMENTS.glob("dcgmi-diag-*")) == sorted(FRAGMENT_EXPECT)
+
+
+@pytest.mark.parametrize("name", sorted(FRAGMENT_EXPECT))
+def test_real_fragment(name: str) -> None:
+    expected = FRAGMENT_EXPECT[name]
+    facts = parse_dcgm_diag((FRAGMENTS / name).read_text(encoding="utf-8"))
+    for key, value in expected["top"].items():
+        assert getattr(facts, key) == value, key
+    got = [(t.name, t.category, [(r.gpu, r.verdict, len(r.messages)) for r in t.results]) for t in facts.tests]
+    assert got == expected["tests"]
+    text = " | ".join(m for t in facts.tests for r in t.results for m in r.messages)
+    assert all(part in text for part in expected["messages"]), text
+    for part in expected["warn"]:
+        assert any(part in w for w in facts.warnings), (part, facts.warnings)
+    if not expected["warn"]:
+        assert facts.warnings == ()
+    assert json.loads(json.dumps(facts.to_dict()))["fragment"] is expected["top"]["fragment"]
+
+
+def test_headerless_rows_starting_at_a_continuation_verdict_row() -> None:
+    """'|  | Fail - GPU: 0 |' as the first line: its test's name is above the piece."""
+    text = ("|                           | Fail - GPU: 0                                  |\n"
+            "| Warning                   | GPU 0 DBE detected                             |\n"
+            "| Targeted Power            | Pass - All                                     |\n")
+    facts = parse_dcgm_diag(text)
+    assert facts.fragment and not facts.complete and facts.overall == "FAIL"
+    unnamed, power = facts.tests
+    assert unnamed.name == UNNAMED_TEST and unnamed.results == (DcgmResult(0, "FAIL", ("GPU 0 DBE detected",)),)
+    assert power.results == (DcgmResult(None, "PASS"),)
+
+
+def test_headerless_rows_that_only_pass_prove_no_overall_pass() -> None:
+    facts = parse_dcgm_diag("| GPU Memory                | Pass - All                                     |\n")
+    assert facts.fragment and facts.tests[0].verdict == "PASS" and facts.overall is None
+
+
+def test_json_entity_list_cut_from_a_real_capture() -> None:
+    """The '"results" : [...]' list of the real GB10 capture, pasted alone with its trailing comma."""
+    doc = GB10.read_text()
+    start = doc.index('"results"')
+    piece = doc[start:doc.index("],", start) + 2]
+    facts = parse_dcgm_diag(piece)
+    assert facts.fragment and facts.format == "json" and not facts.complete and facts.overall == "FAIL"
+    (test,) = facts.tests
+    assert test.name == UNNAMED_TEST and [(r.gpu, r.verdict) for r in test.results] == [(0, "FAIL")]
+    assert "Persistence mode for GPU 0 is disabled" in test.results[0].messages[0]
+    assert parse_dcgm_diag(GB10.read_text()).fragment is False  # the whole capture is no fragment
+
+
+def test_json_piece_starting_mid_list_with_the_test_summary_after_it() -> None:
+    """From the second entity of the real DCGM 4 piece on: closers of the cut-off list, then its test_summary."""
+    doc = (FRAGMENTS / "dcgmi-diag-json-dcgm4-r3-8gpu-diagnostic-test-object-trailing-comma.json").read_text()
+    piece = doc[doc.rindex("{", 0, doc.index('"entity_id" : 1')):]
+    facts = parse_dcgm_diag("pasted from the node:\n" + piece)
+    (test,) = facts.tests
+    assert test.name == UNNAMED_TEST and [r.gpu for r in test.results] == list(range(1, 8))
+    assert test.verdict == "PASS" and facts.overall is None and facts.fragment
+    assert any("text before the JSON ignored" in w for w in facts.warnings)
+
+
+def test_json_fragment_with_a_failing_dcgm3_result_and_a_cpu_entity() -> None:
+    piece = ('{ "name" : "GPU Memory", "results" : [ {"gpu_ids" : "0,1", "status" : "Pass"},\n'
+             '  {"gpu_id" : "2", "status" : "Fail", "warnings" : [{"warning" : "DBE"}]} ] },\n'
+             '{ "entity_group" : "CPU", "entity_id" : 0, "status" : "Warn", "info" : ["hot"] }\n')
+    facts = parse_dcgm_diag(piece)
+    memory, unnamed = facts.tests
+    assert [(r.gpu, r.verdict, r.messages) for r in memory.results] == [
+        (0, "PASS", ()), (1, "PASS", ()), (2, "FAIL", ("DBE",))]
+    assert unnamed.results == (DcgmResult(None, "WARN", ("hot",)),) and facts.overall == "FAIL"
+
+
+@pytest.mark.parametrize("text", [
+    '{"status": "ok", "entity_id": 4}\n',  # someone else's JSON: no DCGM verdict
+    '"results" : [\n',
+    "| a | b |\n| c | d |\n",
+    "+-----  Hardware  ----------+------------------------------------------------+\n",
+])
+def test_no_verdict_no_fragment(text: str) -> None:
+    facts = parse_dcgm_diag(text)
+    assert facts.tests == () and facts.overall is None and facts.fragment is False and facts.warnings
+
+
+def test_fragments_cut_anywhere_never_raise_and_are_never_complete() -> None:
+    rng = random.Random(14)
+    for path in FRAGMENTS.glob("dcgmi-diag-*"):
+        text = path.read_text()
+        full = parse_dcgm_diag(text)
+        for cut in range(0, len(text), 7):
+            for piece in (text[:cut], text[cut:]):
+                facts = parse_dcgm_diag(piece)
+                assert isinstance(facts, DcgmDiagFacts) and (facts.complete is False or not facts.fragment)
+                if facts.fragment:
+                    assert facts.overall in (None, "FAIL", "WARN")
+                    assert len({(r.gpu, r.verdict) for t in facts.tests for r in t.results}) <= len(
+                        {(r.gpu, r.verdict) for t in full.tests for r in t.results}) + 1
+        junk = "".join(rng.choice("|+-{}[],:\" \nPassFailGPU0") for _ in range(400))
+        assert isinstance(parse_dcgm_diag(text[: len(text) // 2] + junk), DcgmDiagFacts)

@@ -1,4 +1,5 @@
-"""Format detection: every real capture under tests/fixtures/real/*/ is recognised as its folder's format."""
+"""Format detection: every real capture under tests/fixtures/real/*/ is recognised as its folder's format (pasted
+fragments under fragments/ as the format their file name starts with)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,18 @@ FOLDER_FORMAT = {
     "nccl-tests": "nccl-tests", "ibstat": "ibstat", "xid-logs": "kmsg",
 }
 FILES = sorted(p for p in REAL.glob("*/*") if p.is_file())
+FRAGMENTS = "fragments"  # pieces of outputs pasted into tickets: named "<format>-..."
+
+
+def _format_of(path: Path) -> str:
+    if path.parent.name == FRAGMENTS:
+        return max((f for f in FORMATS if path.name.startswith(f + "-")), key=len)
+    return FOLDER_FORMAT[path.parent.name]
 
 
 def test_every_fixture_folder_has_a_format() -> None:
     folders = {p.name for p in REAL.iterdir() if p.is_dir()}
-    assert folders == set(FOLDER_FORMAT)
+    assert folders == set(FOLDER_FORMAT) | {FRAGMENTS}
     assert set(FOLDER_FORMAT.values()) <= set(FORMATS)
     assert set(FORMATS) == {"nvidia-smi-xml", "nvidia-smi-text", "nvidia-smi-csv", "nvidia-smi-topo",
                             "nvidia-smi-nvlink", "dcgmi-diag", "dcgmi-discovery", "nccl-tests", "ibstat", "kmsg"}
@@ -31,7 +39,7 @@ def test_every_fixture_folder_has_a_format() -> None:
 def test_real_fixture_is_detected_and_parses(path: Path) -> None:
     text = path.read_text(encoding="utf-8", errors="replace")
     detected = detect_format(text)
-    assert detected == FOLDER_FORMAT[path.parent.name]
+    assert detected == _format_of(path)
     facts = FORMATS[detected](text)
     assert isinstance(facts.to_dict(), dict)
 
@@ -39,9 +47,8 @@ def test_real_fixture_is_detected_and_parses(path: Path) -> None:
 @pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_detection_survives_crlf_and_bytes(path: Path) -> None:
     raw = path.read_bytes()
-    assert detect_format(raw.replace(b"\n", b"\r\n").decode("utf-8", errors="replace")) == FOLDER_FORMAT[
-        path.parent.name]
-    assert detect_format(raw) == FOLDER_FORMAT[path.parent.name]  # type: ignore[arg-type]
+    assert detect_format(raw.replace(b"\n", b"\r\n").decode("utf-8", errors="replace")) == _format_of(path)
+    assert detect_format(raw) == _format_of(path)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -52,6 +59,16 @@ def test_detection_survives_crlf_and_bytes(path: Path) -> None:
     ("Error: unable to establish a connection to the specified host: localhost\n", None),
     ("index, name, pci.bus_id\n0, NVIDIA H100, 00000000:18:00.0\n", "nvidia-smi-csv"),
     ("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV18\t0-1\n", "nvidia-smi-topo"),
+    # pasted pieces of dcgmi diag output, without the header (issue 14)
+    ("|                           | Fail - GPU: 0                                  |\n", "dcgmi-diag"),
+    ("| GPU Memory                | Pass                                           |\n", "dcgmi-diag"),
+    ("|                           | GPU1: Fail                                     |\n", "dcgmi-diag"),
+    ("+-----  Hardware  ----------+------------------------------------------------+\n", "dcgmi-diag"),
+    ('"results" : [\n {"entity_group" : "GPU", "entity_id" : 3, "status" : "Fail"},\n', "dcgmi-diag"),
+    ('{"gpu_ids" : "0,1", "status" : "Pass"}', "dcgmi-diag"),
+    ('{"status": "ok", "entity_id": 4}', None),  # some other tool's JSON
+    ("| Name | Pass |\n", None),
+    ("|   0  NVIDIA A100-SXM4-80GB          On  | 00000000:07:00.0 Off |                    0 |\n", None),
 ])
 def test_synthetic_inputs(text: str, expected: str | None) -> None:
     assert detect_format(text) == expected

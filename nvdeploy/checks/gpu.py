@@ -135,9 +135,9 @@ def gpu_persistence(ctx: NodeContext) -> list[Finding]:
     off = [g for g in split.known if g.persistence_mode is False]
     findings = list(split.findings)
     if off:
-        labels = ", ".join(f"GPU{g.index}" for g in off) if len(off) < len(gpus) else "all"
+        labels = f" ({', '.join(f'GPU{g.index}' for g in off)})" if len(off) < len(gpus) else ""
         findings.insert(0, ctx.finding("gpu.persistence", Verdict.FAIL,
-                                       f"persistence mode disabled on {len(off)} of {len(gpus)} GPUs ({labels})",
+                                       f"persistence mode disabled on {len(off)} of {len(gpus)} GPUs{labels}",
                                        observed="Disabled", expected="Enabled", remediation=Remediation.TUNE,
                                        collector=SMI))
     if findings:

@@ -24,6 +24,7 @@ the steps that need root used sudo.
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import sys
@@ -33,8 +34,8 @@ from collections.abc import Sequence
 from typing import Callable, Optional
 
 from nvdeploy.sim import state as st
-from nvdeploy.sim.scenario import NodeScenario
-from nvdeploy.sim.tools import TOOL_HOOKS, TOOLS, ToolOutput, _run_tool, register_tool
+from nvdeploy.sim.scenario import NodeScenario, node_facts, register_fault
+from nvdeploy.sim.tools import BOOT_TIME, OUTPUT_FILTERS, TOOL_HOOKS, TOOLS, ToolOutput, _run_tool, register_tool
 
 WRITE_HELPER = "nvdeploy-write"
 UNTAR_HELPER = "nvdeploy-untar"
@@ -477,6 +478,50 @@ def _hook(scenario: NodeScenario, argv: Sequence[str]) -> Optional[ToolOutput]:
 
 
 TOOL_HOOKS.append(_hook)
+
+
+# NVSwitch SXid faults: lines appended to the kernel log (dmesg, journalctl -k) of an NVSwitch SKU; no effect on
+# SKUs without NVSwitch. (switch index, SXid line after "nvidia-nvswitchN: ") per fault; the address is the
+# switch's PCI address as lspci lists it.
+SXID_FAULTS = {
+    "sxid_fatal": (3, "SXid (PCI:{pci}): 20034, Fatal, Link 48 LTSSM Fault Up"),
+    "sxid_nonfatal": (2, "SXid (PCI:{pci}): 12028, Non-fatal, Link 61 egress non-posted PRIV error (First)"),
+}
+register_fault("sxid_fatal", "NVSwitch 3 (the last one if fewer) logs a fatal SXid 20034 (LTSSM Fault Up) on link 48 "
+               "in the kernel log; only on SKUs with NVSwitch")
+register_fault("sxid_nonfatal", "NVSwitch 2 logs a non-fatal SXid 12028 (egress non-posted PRIV error) on link 61 "
+               "in the kernel log; only on SKUs with NVSwitch")
+_FIRST_SXID_UPTIME = 2345.678901
+
+
+def sxid_messages(scenario: NodeScenario) -> list[tuple[float, str]]:
+    """(uptime seconds, message) of the SXid lines the node's faults add to its kernel log."""
+    switches = node_facts(scenario).nvswitches
+    out = []
+    for fault, (index, text) in SXID_FAULTS.items():
+        if scenario.has(fault) and switches:
+            i = min(index, len(switches) - 1)
+            out.append((_FIRST_SXID_UPTIME + 7.5 * len(out),
+                        f"nvidia-nvswitch{i}: " + text.format(pci=switches[i][0])))
+    return out
+
+
+def _sxid_log(scenario: NodeScenario, tool: str, args: Sequence[str], output: ToolOutput) -> ToolOutput:
+    if tool not in ("dmesg", "journalctl") or output.rc != 0 or output.hang:
+        return output
+    messages = sxid_messages(scenario)
+    if not messages:
+        return output
+    if tool == "dmesg":
+        extra = "".join(f"[{t:12.6f}] {msg}\n" for t, msg in messages)
+    else:
+        host = node_facts(scenario).hostname
+        extra = "".join(f"{BOOT_TIME + datetime.timedelta(seconds=t):%b %d %H:%M:%S} {host} kernel: {msg}\n"
+                        for t, msg in messages)
+    return ToolOutput(output.stdout + extra.encode(), output.stderr, output.rc, output.hang, output.delay_s)
+
+
+OUTPUT_FILTERS.append(_sxid_log)
 
 # The package and nvidia-smi tools register themselves; they import the helpers above.
 from nvdeploy.sim import pkgtools, smitools  # noqa: E402,F401  isort: skip

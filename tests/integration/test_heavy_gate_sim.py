@@ -108,8 +108,8 @@ def _inventory(tmp_path, hosts):
 
 
 def test_no_heavy_test_starts_after_the_deadline(tmp_path):
-    # lsmod answers only after 60 s: the light batch ends at the 4 s deadline, and nothing heavy may start then.
-    outcome = run(tmp_path, {"late": ["slow:lsmod:60"]}, EngineOptions(checks=STANDARD, deadline_s=4),
+    # lsmod answers only after 60 s: the light batch ends at the 6 s deadline, and nothing heavy may start then.
+    outcome = run(tmp_path, {"late": ["slow:lsmod:60"]}, EngineOptions(checks=STANDARD, deadline_s=6),
                   command_timeout=120)
     late = heavy_findings(node(outcome, "late"))
     assert {c: (f.verdict, f.reason, f.summary) for c, f in late.items()} == {

@@ -17,8 +17,10 @@ from nvdeploy.checks import CHECKS, NodeContext
 from nvdeploy.checks.heavy_gate import (
     DEADLINE_SKIP,
     GUARD_COLLECTORS,
+    INTERRUPTED_SKIP,
     HeavySkip,
     batch_refused,
+    compute_processes,
     heavy_skip,
     skip_for,
 )
@@ -162,7 +164,8 @@ class NodeRunner:
         gate = heavy_skip(light, node_facts(light), self.options.allow_busy)
         for spec in heavy:
             if self.stopping.is_set():
-                break
+                skipped[spec.name] = INTERRUPTED_SKIP
+                continue
             remaining = self._remaining()
             # Under a second left is a deadline passed: the test could only start and be cut at once.
             skip = gate or (DEADLINE_SKIP if remaining is not None and remaining < 1.0 else None)
@@ -238,9 +241,13 @@ class NodeRunner:
                 findings.append(Finding(check_id, Verdict.ERROR, f"check crashed: {type(exc).__name__}: {exc}",
                                         node=host.name, reason=ErrorReason.UNPARSEABLE,
                                         remediation=Remediation.INVESTIGATE, profile=profile.stamp))
+        summary = summary_facts(facts)
+        processes = compute_processes(by_name)
+        if processes is not None:
+            summary["compute_processes"] = processes  # what the busy guard saw, in results.json
         return NodeResult(host.name, tuple(findings), address=host.address, profile=profile.stamp,
                           connection=host.connection, duration_s=time.monotonic() - started,
-                          evidence=tuple(evidence), facts=summary_facts(facts))
+                          evidence=tuple(evidence), facts=summary)
 
 
 def _capped(specs: Sequence[CommandSpec], remaining: Optional[float]) -> list[CommandSpec]:

@@ -57,6 +57,7 @@ class HeavySkip:
 
 
 DEADLINE_SKIP = HeavySkip(ErrorReason.NOT_RUN, DEADLINE_SUMMARY)
+INTERRUPTED_SKIP = HeavySkip(ErrorReason.INTERRUPTED, "not started: run interrupted")
 
 
 def unfit_reason(results: Mapping[str, CommandResult], facts: Mapping[str, Any]) -> Optional[str]:
@@ -121,6 +122,14 @@ def busy_skip(results: Mapping[str, CommandResult]) -> Optional[HeavySkip]:
     if apps.warnings:
         return HeavySkip(ErrorReason.NOT_RUN, unknown.format(f"{query} output not understood: {apps.warnings[0]}"))
     return None
+
+
+def compute_processes(results: Mapping[str, CommandResult]) -> Optional[list[str]]:
+    """The compute processes the light batch listed, as labels; None when the list was not read."""
+    result = results.get(COMPUTE_APPS)
+    if result is None or not result.ok:
+        return None
+    return [p.label() for p in parse_compute_apps(result.text).processes]
 
 
 def heavy_skip(results: Mapping[str, CommandResult], facts: Mapping[str, Any],

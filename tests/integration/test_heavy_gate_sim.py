@@ -80,6 +80,8 @@ def test_busy_node_gets_error_busy_naming_the_processes_and_quick_checks_still_r
     assert node(outcome, "idle").verdict is Verdict.PASS
     assert b"41230, python3, 30512 MiB" in (outcome.run_dir / "evidence" / "busy" / "compute_apps.out").read_bytes()
     assert (outcome.run_dir / "evidence" / "idle" / "compute_apps.out").read_bytes() == b""
+    assert busy.facts["compute_processes"] == ["pid 41230 python3 (30512 MiB)", "pid 41231 python3 (30512 MiB)"]
+    assert node(outcome, "idle").facts["compute_processes"] == []
 
 
 def test_allow_busy_runs_the_heavy_tests(tmp_path):

@@ -11,6 +11,7 @@ from nvdeploy.checks.heavy_gate import (
     HeavySkip,
     batch_refused,
     busy_skip,
+    compute_processes,
     heavy_skip,
     skip_for,
     unfit_reason,
@@ -118,3 +119,11 @@ def test_a_check_inherits_the_skip_of_a_collector_it_reads():
     assert skip_for(("dcgm_diag_r2",), skipped) is DEADLINE_SKIP
     assert skip_for(("dcgm_discovery",), skipped) is None
     assert DEADLINE_SKIP.summary == "skipped: the global --deadline passed"
+
+
+def test_compute_processes_are_recorded_only_when_the_list_was_read():
+    listed = {"compute_apps": result("compute_apps", 0, "9, a.out, 1 MiB\n")}
+    assert compute_processes(listed) == ["pid 9 a.out (1 MiB)"]
+    assert compute_processes(idle()) == []
+    assert compute_processes({"compute_apps": result("compute_apps", 9, "")}) is None
+    assert compute_processes({}) is None

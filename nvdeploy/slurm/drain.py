@@ -150,7 +150,7 @@ def apply_actions(actions: Sequence[Action], client: SlurmClient) -> list[Action
     out = []
     for action in actions:
         argv = command_of(action)
-        if not argv:
+        if not argv or action.status == "done":  # done already (a node resumed for the run inside its reservation)
             out.append(action)
             continue
         command = shlex.join(argv)

@@ -68,6 +68,9 @@ class SlurmWindow:
     reservation: Optional[resv.Reservation] = None
     notes: list[str] = field(default_factory=list)
     busy: dict[str, str] = field(default_factory=dict)
+    # --via slurm in a maintenance reservation: nodes nvdeploy drained earlier are resumed INSIDE the reservation
+    # (only this run can start jobs there) so the step can reach them; node -> the reason they had.
+    reopened: dict[str, str] = field(default_factory=dict)
 
     @property
     def names(self) -> list[str]:
@@ -97,6 +100,8 @@ class SlurmWindow:
                 self.notes.append(f"waited {time.monotonic() - started:.0f} s for running jobs; "
                                   f"{len(left)} node(s) still had jobs")
                 nodes = self._refresh()
+            if (self.options.via == "slurm" and self.options.policy.resume_passed and self.reservation.created):
+                nodes = self._reopen(nodes)
         if level in HEAVY_LEVELS and not self.options.allow_busy:
             try:
                 jobs = self.client.jobs_on([n for n, node in nodes.items() if node.busy])
@@ -107,6 +112,34 @@ class SlurmWindow:
                     held = ", ".join(jobs.get(name, [])) or f"{node.alloc_cpus} CPUs allocated"
                     self.busy[name] = f"Slurm job(s) running: {held} (node {node.short_state}); heavy checks not run"
         return with_facts(self.inventory, nodes, {n: {BUSY_VAR: text} for n, text in self.busy.items()})
+
+    def _reopen(self, nodes: dict[str, SlurmNode]) -> dict[str, SlurmNode]:
+        from nvdeploy.slurm.drain import is_ours
+
+        for name, node in nodes.items():
+            if node.drained and is_ours(node.reason) and not node.busy:
+                self.client.resume(name)
+                self.reopened[name] = node.reason
+        if self.reopened:
+            self.notes.append(f"resumed inside the reservation for validation (drained earlier by nvdeploy): "
+                              f"{', '.join(self.reopened)}")
+            return self._refresh()
+        return nodes
+
+    def _settle_reopened(self, actions: list[Action]) -> list[Action]:
+        """A reopened node that passed stays resumed; one that did not is drained again (new or old reason)."""
+        out = []
+        for action in actions:
+            old = self.reopened.get(action.node)
+            if old is not None and action.action == "none":
+                if action.message.startswith("passed"):
+                    action = Action(action.node, "resume", f"resumed: passed, drained earlier by nvdeploy ({old})",
+                                    status="done", command=f"scontrol update nodename={action.node} state=resume")
+                else:
+                    action = Action(action.node, "drain", "drained again: not judged PASS; earlier reason restored",
+                                    old)
+            out.append(action)
+        return out
 
     def close(self) -> None:
         """Delete the reservation (safe to call twice; the CLI calls it in a finally, so Ctrl-C deletes it too)."""
@@ -139,6 +172,9 @@ class SlurmWindow:
         actions: list[Action] = []
         if self.options.policy.active:
             if failed_steps:
+                if self.reopened:
+                    failed_steps.append("resumed for validation and NOT drained again (they are in the reservation "
+                                        f"until it ends): {', '.join(self.reopened)}")
                 actions = [Action(n.name, "unknown", "not done: Slurm did not answer after validation",
                                   status="failed", error=failed_steps[0]) for n in nodes]
             else:
@@ -147,6 +183,7 @@ class SlurmWindow:
                     planned = [a if a.action not in ("drain", "resume") else
                                replace(a, action="none", message="run interrupted: no scheduler action")
                                for a in planned]
+                planned = self._settle_reopened(planned)
                 actions = apply_actions(planned, self.client)
                 failed_steps += [f"{a.action} {a.node}: {a.error}" for a in actions if a.status == "failed"]
         self.close()

@@ -250,3 +250,25 @@ def test_event_types_and_to_dict() -> None:
     d = facts.to_dict()
     assert d["xid_counts"] == {"63": 1}
     assert d["xid_events"][0]["pid"] == 1896 and d["sxid_events"] == [] and d["aer_events"] == []
+
+
+def test_sxid_severity_switch_and_link_are_read() -> None:
+    real = parse_kmsg(_read(XID_DIR / "dmesg-nvswitch-sxid12028-nonfatal-link-error.log")).sxid_events[0]
+    assert (real.sxid, real.device, real.switch, real.fatal, real.link) == (
+        12028, "0000:85:00.0", "nvidia-nvswitch2", False, 61)
+    fatal = parse_kmsg("nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 48 LTSSM Fault Up\n")
+    assert (fatal.sxid_events[0].fatal, fatal.sxid_events[0].link) == (True, 48)
+    assert fatal.to_dict()["sxid_events"][0]["switch"] == "nvidia-nvswitch3"
+    bare = parse_kmsg("SXid (PCI:0000:c4:00.0): 10002, Severity 5 Engine instance 00\n").sxid_events[0]
+    assert (bare.switch, bare.fatal, bare.link, bare.device) == (None, None, None, "0000:c4:00.0")
+
+
+def test_partial_first_line_of_a_cut_log_is_dropped() -> None:
+    cut = "ci:0000:2a:00): 79, pid='<unknown>', GPU has fallen off the bus.\n[ 9.0] NVRM: Xid (PCI:0000:18:00): 13, x\n"
+    whole = parse_kmsg(cut)
+    assert [e.xid for e in whole.xid_events] == [13]  # the fragment is not an Xid line either way
+    tail = parse_kmsg("(PCI:0000:2a:00): 79, GPU has fallen off the bus.\nNVRM: Xid (PCI:0000:18:00): 13, x\n",
+                      partial_first_line=True)
+    assert [e.xid for e in tail.xid_events] == [13]
+    assert tail.dropped_first_line.startswith("(PCI:0000:2a:00): 79")
+    assert parse_kmsg("only a fragment", partial_first_line=True).xid_events == ()

@@ -86,3 +86,25 @@ def test_truncated_or_garbage_probe_output_is_not_used():
     assert not parse_probe_json('{"format": "nvml", "gpus": [{"index": 0').gpus
     assert not parse_probe_json("\x00\xff garbage __NVD_PROBE_END__").gpus
     assert parse_probe_json("").warnings
+
+
+def test_probe_records_which_nvml_error_it_got():
+    scenario = NodeScenario("gpu01", CATALOG.get("h100-sxm-8x"), ("gpu_lost", "ecc_unknown"))
+    data = json.loads(run_probe(scenario).stdout.decode().split("__NVD_PROBE_END__")[0])
+    lost, unknown, healthy = data["gpus"][6], data["gpus"][7], data["gpus"][0]
+    assert lost["lost"] is True and lost["temperature_c"] == {"error": "GPU_IS_LOST", "code": 15}
+    assert lost["pci_bus_id"] == "00000000:BA:00.0"
+    assert unknown["ecc_uncorrectable_volatile"] == {"error": "UNKNOWN", "code": 999} and unknown["lost"] is False
+    # HBM GPUs do not retire pages: recorded as NOT_SUPPORTED, read back as "no such feature", not unknown.
+    assert healthy["retired_pages_pending"] == {"error": "NOT_SUPPORTED", "code": 3}
+    facts = parse_probe_json(run_probe(scenario).stdout.decode())
+    assert facts.gpus[6].lost and facts.gpus[6].error("temperature_c") == "GPU_IS_LOST"
+    assert facts.gpus[7].error("ecc_uncorrectable_volatile") == "UNKNOWN"
+    assert facts.gpus[0].retired_pages_pending is None and facts.gpus[0].errors == ()
+
+
+def test_probe_json_without_error_records_still_reads():
+    # A probe of an older nvdeploy wrote null for every NVML error: still facts, just without reasons.
+    old = json.dumps({"format": "nvml", "driver_version": "550.90.07", "gpus": [{"index": 0, "temperature_c": None}]})
+    facts = parse_probe_json(old + "\n__NVD_PROBE_END__\n")
+    assert facts.gpus[0].temperature_c is None and facts.gpus[0].errors == () and not facts.gpus[0].lost

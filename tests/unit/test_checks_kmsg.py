@@ -1,0 +1,140 @@
+"""kmsg.sxid (NVSwitch SXids, checks/sxid.yaml) and what the kernel-log checks say about a log cut to its newest
+part (kmsg.xid and kmsg.sxid)."""
+
+from __future__ import annotations
+
+import pytest
+from _catalog_helpers import context, result, run_check, sim_check, verdicts
+
+from nvdeploy.checks.kmsg import FABRIC_ACTION, sxid_catalog
+from nvdeploy.results import CommandResult, Remediation, Verdict
+
+FATAL = "[ 5123.1] nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 48 LTSSM Fault Up\n"
+NONFATAL = ("[186965.348898] nvidia-nvswitch2: SXid (PCI:0000:85:00.0): 12028, Non-fatal, Link 61 egress "
+            "non-posted PRIV error (First)\n")
+MIB = 1024 * 1024
+
+
+def kmsg(text: str, profile: str = "h100-sxm-8x", **kwargs):
+    ctx = context({"kmsg": result("kmsg", text, **kwargs)}, profile)
+    return ctx
+
+
+def sxid(text: str, profile: str = "h100-sxm-8x", **kwargs):
+    return run_check("kmsg.sxid", kmsg(text, profile, **kwargs))
+
+
+def test_fatal_sxid_alone_fails_naming_switch_and_link_with_the_fabric_remediation():
+    findings = sxid("[    0.0] Linux version 6.8\n" + FATAL)
+    assert verdicts(findings) == [Verdict.FAIL]
+    fail = findings[0]
+    assert fail.remediation is Remediation.REBOOT
+    assert "SXid 20034 (Fatal) x1 on nvidia-nvswitch3 (PCI 0000:05:00.0), link 48" in fail.summary
+    assert FABRIC_ACTION in fail.summary
+    assert fail.observed == {"sxid": 20034, "switch": "nvidia-nvswitch3 (PCI 0000:05:00.0)", "links": [48],
+                             "count": 1, "fatal": True}
+    # Xid is another matter: the same log has no Xid.
+    assert verdicts(run_check("kmsg.xid", kmsg(FATAL))) == [Verdict.PASS]
+
+
+def test_non_fatal_sxid_warns():
+    findings = sxid(NONFATAL)
+    assert verdicts(findings) == [Verdict.WARN]
+    assert "nvidia-nvswitch2 (PCI 0000:85:00.0), link 61" in findings[0].summary
+
+
+def test_fatal_flag_in_the_line_overrides_a_non_fatal_table_entry():
+    assert sxid_catalog()[1][12028]["severity"] == "WARN"
+    line = NONFATAL.replace("Non-fatal", "Fatal")
+    assert verdicts(sxid(line)) == [Verdict.FAIL]
+
+
+def test_a_non_fatal_flag_does_not_lower_a_fatal_table_entry():
+    line = FATAL.replace("Fatal", "Non-fatal")
+    assert verdicts(sxid(line)) == [Verdict.FAIL]
+
+
+def test_unknown_sxid_is_a_warning_unless_the_driver_says_fatal():
+    unknown = "nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 99999, Non-fatal, Link 3 something new\n"
+    findings = sxid(unknown)
+    assert verdicts(findings) == [Verdict.WARN]
+    assert "unknown SXid" in findings[0].summary and findings[0].remediation is Remediation.INVESTIGATE
+    assert verdicts(sxid(unknown.replace("Non-fatal", "Fatal"))) == [Verdict.FAIL]
+    no_flag = "nvidia-nvswitch2: SXid (PCI:0000:c4:00.0): 10002, Severity 5 Engine instance 00\n"
+    assert verdicts(sxid(no_flag)) == [Verdict.WARN]
+
+
+def test_one_finding_per_sxid_and_switch_fatal_first():
+    text = NONFATAL + FATAL + FATAL.replace("Link 48", "Link 49")
+    findings = sxid(text)
+    assert verdicts(findings) == [Verdict.FAIL, Verdict.WARN]
+    assert "x2" in findings[0].summary and "links 48, 49" in findings[0].summary
+
+
+def test_no_sxid_passes_on_nvswitch_skus_and_skips_without_nvswitch():
+    assert verdicts(sxid("[ 1.0] nothing here\n")) == [Verdict.PASS]
+    assert verdicts(sxid("[ 1.0] nothing here\n", profile="l40s-8x")) == [Verdict.SKIP]
+    # A PCIe SKU that logs an SXid anyway still gets it judged.
+    assert verdicts(sxid(FATAL, profile="l40s-8x")) == [Verdict.FAIL]
+
+
+def test_unreadable_kernel_log_is_error_never_pass():
+    ctx = context({"kmsg": result("kmsg", "", rc=1, stderr="dmesg: read kernel buffer failed: Operation not "
+                                                          "permitted\n")})
+    assert verdicts(run_check("kmsg.sxid", ctx)) == [Verdict.ERROR]
+
+
+@pytest.mark.parametrize("faults, verdict", [(("sxid_fatal",), Verdict.FAIL), (("sxid_nonfatal",), Verdict.WARN),
+                                             ((), Verdict.PASS)])
+def test_simulated_sxid_faults(faults, verdict):
+    findings = sim_check("kmsg.sxid", *faults)
+    assert verdicts(findings) == [verdict]
+    if faults == ("sxid_fatal",):
+        assert "nvidia-nvswitch3 (PCI 0000:08:00.0), link 48" in findings[0].summary
+
+
+def test_simulated_sxid_fault_has_no_effect_without_nvswitch():
+    assert verdicts(sim_check("kmsg.sxid", "sxid_fatal", profile="l40s-8x")) == [Verdict.SKIP]
+
+
+# --------------------------------------------------------------------------------------- truncated log
+
+def cut_log(tail: str, kept: int = 1 * MIB, total: int = int(3.3 * MIB)) -> CommandResult:
+    """A kernel log cut to its newest ``kept`` bytes: starts mid-line, ``stdout_total`` is the true size."""
+    filler_line = "[ 100.000000] usb 1-1: new high-speed USB device number 2 using xhci_hcd\n"
+    head = "(PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+    body = head + filler_line * ((kept - len(head) - len(tail)) // len(filler_line))
+    text = (body + tail).encode()
+    text = b"x" * (kept - len(text)) + text  # pad the partial first line up to exactly ``kept`` bytes
+    return CommandResult("kmsg", "dmesg", 0, stdout=text, truncated=True, stdout_total=total)
+
+
+NOTE = "kernel log cut to its newest 1.0 MiB of 3.3 MiB: 2.3 MiB of older lines not read"
+
+
+@pytest.mark.parametrize("check_id", ["kmsg.xid", "kmsg.sxid"])
+def test_cut_log_without_events_is_a_warning_that_says_what_was_dropped(check_id):
+    findings = run_check(check_id, context({"kmsg": cut_log("")}))
+    assert verdicts(findings) == [Verdict.WARN]
+    assert NOTE in findings[0].summary and findings[0].remediation is Remediation.INVESTIGATE
+
+
+def test_cut_log_partial_first_line_is_not_read_as_an_event():
+    # The cut fell inside an Xid 79 line: its fragment is dropped, not half-parsed.
+    ctx = context({"kmsg": cut_log("")})
+    assert ctx.facts["kmsg"].xid_events == ()
+    assert ctx.facts["kmsg"].dropped_first_line.endswith("GPU has fallen off the bus.")
+
+
+def test_cut_log_events_carry_the_note():
+    ctx = context({"kmsg": cut_log(FATAL + "[ 9.0] NVRM: Xid (PCI:0000:2a:00): 48, pid='<unknown>', name=<unknown>, "
+                                          "An uncorrectable double bit error\n")})
+    for check_id in ("kmsg.xid", "kmsg.sxid"):
+        findings = run_check(check_id, ctx)
+        assert verdicts(findings) == [Verdict.FAIL]
+        assert NOTE in findings[0].summary
+
+
+def test_whole_log_has_no_note():
+    findings = run_check("kmsg.xid", kmsg("[ 1.0] hello\n"))
+    assert verdicts(findings) == [Verdict.PASS] and "cut" not in findings[0].summary

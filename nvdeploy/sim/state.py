@@ -266,7 +266,11 @@ def official_repo_text(family: str, tag: str) -> str:
 
 _MEMORY: dict[str, NodeState] = {}
 _MEMORY_LOG: dict[str, list[dict[str, Any]]] = {}
+# Serialises writers (mutate, log_call, reset). Readers of the hot path (involved, has_stored) take no lock: a dict
+# lookup is atomic, and a stored state is replaced whole, never changed in place.
 _MEMORY_LOCK = threading.RLock()
+# memory key -> how many times its state was stored: the facts memo of apply_to_facts is valid for one generation.
+_GENERATION: dict[str, int] = {}
 
 
 def memory_key(scenario: NodeScenario) -> str:
@@ -296,6 +300,14 @@ def _file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def has_stored(scenario: NodeScenario) -> bool:
+    """Whether anything changed the node's state yet (cheap: no copy, no lock for in-process nodes)."""
+    path = state_path(scenario)
+    if path is None:
+        return memory_key(scenario) in _MEMORY
+    return path.is_file()
 
 
 def stored(scenario: NodeScenario) -> Optional[NodeState]:
@@ -331,6 +343,7 @@ def mutate(scenario: NodeScenario) -> Iterator[NodeState]:
             state = _MEMORY[key].copy() if key in _MEMORY else baseline(scenario)
             yield state
             _MEMORY[key] = state
+            _GENERATION[key] = _GENERATION.get(key, 0) + 1
         return
     with _file_lock(path):
         state = current(scenario)
@@ -388,6 +401,7 @@ def reset_memory(cluster: Optional[str] = None) -> None:
             for key in list(store):
                 if cluster is None or key.split("/", 1)[0] == cluster:
                     del store[key]
+                    _GENERATION[key] = _GENERATION.get(key, 0) + 1
 
 
 def memory_state(cluster: str, node: str) -> Optional[NodeState]:
@@ -424,7 +438,7 @@ def involved(scenario: NodeScenario) -> bool:
     """Whether the state can change anything the node reports (fast path for every other node)."""
     if any(f in STATE_FAULTS or OS_FAULT.fullmatch(f) for f in scenario.faults):
         return True
-    return stored(scenario) is not None
+    return has_stored(scenario)
 
 
 def driver_status(scenario: NodeScenario, state: NodeState) -> str:
@@ -453,6 +467,20 @@ def apply_to_facts(scenario: NodeScenario, facts: NodeFacts) -> NodeFacts:
     """The fact filter: the node's driver, persistence, power limit and MIG mode as its state says."""
     if not involved(scenario):
         return facts
+    # In-process nodes: computed once per stored generation of the state (fake SSH nodes run one tool per process).
+    memo_key = None
+    if state_path(scenario) is None:
+        memo_key = _GENERATION.get(memory_key(scenario), 0)
+        memo = scenario.__dict__.get("_state_facts")
+        if memo is not None and memo[0] == memo_key and memo[1] is facts:
+            return memo[2]
+    tuned = _apply_state(scenario, facts)
+    if memo_key is not None:
+        object.__setattr__(scenario, "_state_facts", (memo_key, facts, tuned))
+    return tuned
+
+
+def _apply_state(scenario: NodeScenario, facts: NodeFacts) -> NodeFacts:
     state = current(scenario)
     status = driver_status(scenario, state)
     changes: dict[str, Any] = {"driver_loaded": status == "ok"}

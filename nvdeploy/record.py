@@ -54,6 +54,24 @@ def write_atomic(path: Path, data: bytes, durable: bool = True) -> None:
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
+def write_evidence_file(path: Path, data: bytes) -> None:
+    """One evidence file, written in place (no temporary name and rename: half the syscalls of write_atomic).
+
+    A torn file is harmless: the journal line naming it is written after it, and a node without a journal line
+    is run again by ``--resume``, which rewrites its evidence.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 class RunRecorder:
     """Owns one run folder ``<base>/<cluster>/<run-id>/``."""
 
@@ -69,9 +87,9 @@ class RunRecorder:
             raise OutputError(f"cannot create the run folder {run_dir}: {exc.strerror or exc}") from None
 
     def _inside(self, path: Path) -> Path:
-        resolved = path.resolve()
-        root = self.run_dir.resolve()
-        if root not in resolved.parents and resolved != root:
+        # Lexical, not resolve(): a realpath per node is a syscall per path component (a fleet run does 10,000).
+        # safe_name() leaves no separator and no "."/".." name, and the run folder is private (0700).
+        if path.parent != self.run_dir / "evidence" or path.name in ("", ".", "..") or os.sep in path.name:
             raise OutputError(f"refusing to write outside the run folder: {path}")
         return path
 
@@ -86,9 +104,9 @@ class RunRecorder:
         for result in results:
             base = safe_name(result.name)
             out_path = folder / f"{base}.out"
-            write_atomic(out_path, result.stdout, durable=False)
+            write_evidence_file(out_path, result.stdout)
             if result.stderr:
-                write_atomic(folder / f"{base}.err", result.stderr, durable=False)
+                write_evidence_file(folder / f"{base}.err", result.stderr)
             records.append(EvidenceRecord(
                 collector=result.name, command=result.command,
                 path=str(out_path.relative_to(self.run_dir)), rc=result.rc,

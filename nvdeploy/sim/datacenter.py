@@ -79,8 +79,10 @@ def nvlink_spec(scenario: NodeScenario) -> tuple[int, float] | None:
 
 
 def down_links(scenario: NodeScenario, index: int) -> tuple[int, ...]:
-    count = len(node_facts(scenario).pci_gpus)
-    if scenario.has("nvlink_down") and index == min(NVLINK_DOWN_GPU, count - 1):
+    if not scenario.has("nvlink_down"):
+        return ()
+    count = scenario.hardware.gpu.count  # every GPU on the bus (== len(node_facts().pci_gpus)), no facts needed
+    if index == min(NVLINK_DOWN_GPU, count - 1):
         return NVLINK_DOWN_LINKS
     return ()
 

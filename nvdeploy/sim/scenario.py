@@ -323,6 +323,18 @@ def driver_versions(scenario: NodeScenario) -> tuple[str, str]:
 
 def node_facts(scenario: NodeScenario) -> NodeFacts:
     """Derive the node's facts from its hardware profile and faults (deterministic per node name)."""
+    # A scenario is frozen and its base facts pure: computed once per node, not once per tool call (a fleet run
+    # asks ~20 times per node). The filters keep their own memo (state.py: once per change of the node's state).
+    facts = scenario.__dict__.get("_base_facts")
+    if facts is None:
+        facts = _base_facts(scenario)
+        object.__setattr__(scenario, "_base_facts", facts)
+    for apply in FACT_FILTERS:
+        facts = apply(scenario, facts)
+    return facts
+
+
+def _base_facts(scenario: NodeScenario) -> NodeFacts:
     hw = scenario.hardware
     count = hw.gpu.count
     device_id = hw.gpu.pci_device_id.lower()
@@ -357,8 +369,6 @@ def node_facts(scenario: NodeScenario) -> NodeFacts:
         driver_loaded=not scenario.has("driver_missing"), gpus=tuple(visible), pci_gpus=tuple(gpus),
         nvswitches=switches, xid_events=_xid_events(scenario, count) if count else (),
     )
-    for apply in FACT_FILTERS:
-        facts = apply(scenario, facts)
     return facts
 
 

@@ -174,8 +174,7 @@ def sxid_events(ctx: NodeContext) -> list[Finding]:
         summary = (f"SXid {sxid} ({flag}) x{len(events)} on {switch}{on_links}: {text}{todo}. "
                    f"First: {events[0].line.strip()[:300]}")
         findings.append(ctx.finding("kmsg.sxid", verdict, _with_note(summary, note),
-                                    observed={"sxid": sxid, "switch": switch, "links": links, "count": len(events),
-                                              "fatal": flagged_fatal},
+                                    observed=f"SXid {sxid} x{len(events)} on {switch}{on_links}",
                                     expected="no fatal SXid", remediation=action, collector=KMSG))
     if findings:
         return sorted(findings, key=lambda f: -f.verdict.severity)  # fatal first; stable within a verdict

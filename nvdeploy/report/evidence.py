@@ -87,6 +87,7 @@ def _needles(finding: Finding) -> tuple[list[str], list[str]]:
     for match in _XID.finditer(text):
         anchors.append(f"): {match.group(1)},")  # NVRM: Xid (PCI:0000:2a:00): 79, pid=...
     for match in _SXID.finditer(text):
+        anchors.append(f"): {match.group(1)},")  # nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 20034, Fatal, ...
         anchors.append(f"sxid {match.group(1)}")
     for match in _BUS_ID.finditer(text):
         anchors.append(f"{match.group(1)}:{match.group(2)}".lower())

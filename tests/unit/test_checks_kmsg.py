@@ -31,8 +31,7 @@ def test_fatal_sxid_alone_fails_naming_switch_and_link_with_the_fabric_remediati
     assert fail.remediation is Remediation.REBOOT
     assert "SXid 20034 (Fatal) x1 on nvidia-nvswitch3 (PCI 0000:05:00.0), link 48" in fail.summary
     assert FABRIC_ACTION in fail.summary
-    assert fail.observed == {"sxid": 20034, "switch": "nvidia-nvswitch3 (PCI 0000:05:00.0)", "links": [48],
-                             "count": 1, "fatal": True}
+    assert fail.observed == "SXid 20034 x1 on nvidia-nvswitch3 (PCI 0000:05:00.0), link 48"
     # Xid is another matter: the same log has no Xid.
     assert verdicts(run_check("kmsg.xid", kmsg(FATAL))) == [Verdict.PASS]
 

@@ -1,0 +1,59 @@
+"""The engine over the simulated transport, at level quick: unknown per-GPU values, lost GPUs and NVSwitch SXids
+reach the verdicts, the node verdicts and the report (switch, link and the quoted kernel-log line)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from nvdeploy.engine import EngineOptions
+from nvdeploy.inventory import load_inventory
+from nvdeploy.levels import load_levels
+from nvdeploy.phases.validate import run_validate
+from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.results import ClusterVerdict, Remediation, Verdict
+from nvdeploy.sim.scenario import ECC_UNKNOWN_GPU, LOST_GPU
+
+CATALOG = ProfileCatalog()
+
+
+def run(tmp_path: Path, hosts: dict, profile: str = "h100-sxm-8x"):
+    lines = ["all:", "  vars: {connection: sim, profile: " + profile + "}", "  hosts:"]
+    lines += [f"    {name}: {{sim_faults: {json.dumps(faults)}}}" for name, faults in hosts.items()]
+    path = tmp_path / "cluster.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    options = EngineOptions(checks=load_levels()["quick"])
+    return run_validate(load_inventory(path, CATALOG), CATALOG, options, tmp_path / "reports")
+
+
+def test_each_new_fault_on_its_node_only(tmp_path):
+    outcome = run(tmp_path, {"ok": [], "ecc": ["ecc_unknown"], "lost": ["gpu_lost"], "fatal": ["sxid_fatal"],
+                             "warn": ["sxid_nonfatal"]})
+    nodes = {n.name: n for n in outcome.run.nodes}
+    assert nodes["ok"].verdict is Verdict.PASS
+    assert [f.check for f in nodes["ok"].findings if f.check.startswith("kmsg.")] == ["kmsg.xid", "kmsg.sxid"]
+    assert nodes["ecc"].verdict is Verdict.ERROR
+    assert [(f.check, f.gpu) for f in nodes["ecc"].findings if f.verdict is not Verdict.PASS
+            and f.verdict is not Verdict.SKIP] == [("memory.ecc_errors", ECC_UNKNOWN_GPU)]
+    assert nodes["lost"].verdict is Verdict.FAIL
+    assert all(f.remediation is Remediation.ISOLATE for f in nodes["lost"].findings if f.verdict is Verdict.FAIL)
+    assert {f.gpu for f in nodes["lost"].findings if f.verdict is Verdict.FAIL} == {LOST_GPU, None}  # None: Xid 79
+    assert nodes["fatal"].verdict is Verdict.FAIL
+    assert [(f.check, f.verdict) for f in nodes["fatal"].findings if f.verdict is not Verdict.PASS
+            and f.verdict is not Verdict.SKIP] == [("kmsg.sxid", Verdict.FAIL)]
+    assert nodes["warn"].verdict is Verdict.WARN
+    assert outcome.run.verdict is ClusterVerdict.NOT_READY
+
+    html = (outcome.run_dir / "report.html").read_text()
+    assert "SXid 20034 (Fatal) x1 on nvidia-nvswitch3 (PCI 0000:08:00.0), link 48" in html
+    assert "SXid (PCI:0000:08:00.0): 20034, Fatal, Link 48 LTSSM Fault Up" in html
+    assert f"GPU{ECC_UNKNOWN_GPU} (00000000:DB:00.0): uncorrectable ECC error counters unknown" in html
+    saved = json.loads((outcome.run_dir / "results.json").read_text())
+    fatal = next(n for n in saved["nodes"] if n["name"] == "fatal")
+    assert any(f["check"] == "kmsg.sxid" and f["verdict"] == "FAIL" for f in fatal["findings"])
+
+
+def test_sxid_check_skips_on_a_pcie_sku(tmp_path):
+    outcome = run(tmp_path, {"pcie": ["sxid_fatal"]}, profile="l40s-8x")
+    node = outcome.run.nodes[0]
+    assert [f.verdict for f in node.findings if f.check == "kmsg.sxid"] == [Verdict.SKIP]

@@ -116,3 +116,18 @@ def test_a_node_held_by_another_run_is_error_busy_naming_the_holder(ssh_cluster_
     holder.unlink()
     free = validate(cluster, tmp_path / "free", EngineOptions(checks=load_levels()["quick"]))
     assert free.run.nodes[0].verdict is Verdict.PASS, free.run.nodes[0].findings
+
+
+def test_no_heavy_test_starts_after_the_deadline_over_ssh(ssh_cluster_factory, tmp_path):
+    # dcgmi diag hangs: it is cut at the deadline on the node (its timeout is capped to the time left), and
+    # nccl-tests, next in line, must not start at all.
+    cluster = ssh_cluster_factory([scenario("gpu01", "dcgm_hang")])
+    options = EngineOptions(checks=load_levels()["standard"], deadline_s=15)
+    outcome = validate(cluster, tmp_path, options)
+    heavy = findings(outcome, "gpu01", HEAVY)
+    nccl = heavy["nccl.all_reduce"]
+    assert (nccl.verdict, nccl.reason, nccl.summary) == (Verdict.ERROR, ErrorReason.NOT_RUN,
+                                                         "skipped: the global --deadline passed")
+    dcgm = heavy["dcgm.diag_r2"]
+    assert dcgm.verdict is Verdict.ERROR and dcgm.reason in (ErrorReason.TIMEOUT, ErrorReason.NOT_RUN), dcgm
+    assert "nccl_all_reduce" not in sent(outcome, "gpu01")

@@ -75,6 +75,7 @@ CLUSTER_CHECKS: dict[str, str] = {
         ``pairwise`` runs disjoint pairs in parallel rounds). Hosts from the inventory, ``mpirun --timeout``, NCCL
         environment from ``nccl_env``, ``NCCL_ALGO=RING`` for 2-node runs. PASS: busbw at 8 GiB >= the profile's
         ``nccl.multinode_busbw_gbps`` x ``floor_pct``, #wrong 0. FAIL on the localised node(s) and the cluster;
-        ERROR (inconclusive) on every participant when a failing set was not localised. Remediation: ISOLATE the
-        named node and check its InfiniBand ports and cables."""),
+        ERROR (inconclusive) on every participant when a failing set was not localised. No round starts after the global
+        ``--deadline`` (ERROR not_run), a round's timeouts end by it, and a bisection it stops names nobody.
+        Remediation: ISOLATE the named node and check its InfiniBand ports and cables."""),
 }

@@ -1,0 +1,369 @@
+"""Issue 9, the batch's lifecycle without sshd: the run-wide sudo gate, the batch frames (busy, sudo not run), the
+local transport (abort ends everything, node-side output cap with the true size, the node lock, one password
+attempt, no password in children's environment), and the SSH reader (EOF before the exit status; a bounded exec
+request) against a fake paramiko channel."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from nvdeploy.results import ErrorReason
+from nvdeploy.transport import batch
+from nvdeploy.transport.base import CommandSpec
+from nvdeploy.transport.local import LocalTransport
+from nvdeploy.transport.ssh import SSHTransport
+from nvdeploy.transport.sudo_gate import SudoGate
+
+FAKE_SUDO = """#!/bin/sh
+# Test sudo: records each call; the password "Corr3ct-Pw" is accepted, any other refused as sudo 1.9 does.
+echo "$*" >>"$NVD_TEST_SUDO_CALLS"
+if [ "$1" = "-S" ]; then
+  IFS= read -r pw
+  if [ "$pw" != Corr3ct-Pw ]; then
+    echo "Sorry, try again." >&2; echo "sudo: no password was provided" >&2
+    echo "sudo: 1 incorrect password attempt" >&2; exit 1
+  fi
+  shift 3
+fi
+[ "$1" = "-n" ] && shift
+[ "$1" = "--" ] && shift
+exec "$@"
+"""
+
+
+def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def node_env(tmp_path, monkeypatch):
+    """A private temp dir, lock dir, fake sudo, and a marker in the environment of every batch process."""
+    marker = f"NVD_TEST_MARK={tmp_path}"
+    (tmp_path / "tmp").mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sudo").write_text(FAKE_SUDO)
+    (bin_dir / "sudo").chmod(0o755)
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setenv("NVDEPLOY_LOCK_DIR", str(tmp_path / "lock"))
+    monkeypatch.setenv("NVD_TEST_SUDO_CALLS", str(tmp_path / "sudo.calls"))
+    monkeypatch.setenv("NVD_TEST_MARK", str(tmp_path))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return tmp_path, marker.encode()
+
+
+def _marked(marker: bytes) -> list[int]:
+    """Live processes whose environment carries ``marker`` (the batch's and its tools')."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                environ = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
+                stat = Path(f"/proc/{entry.name}/stat").read_bytes()
+            except OSError:
+                continue
+            if marker in environ and stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X"):
+                found.append(int(entry.name))
+    return found
+
+
+def _sudo_calls(folder: Path) -> list[str]:
+    path = folder / "sudo.calls"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+# ------------------------------------------------------------------------------------------------- sudo gate
+
+
+def test_gate_lets_one_node_probe_and_the_others_follow_its_answer():
+    gate = SudoGate("pw")
+    first = gate.claim("gpu001", 5)
+    assert first.probing and first.password == "pw"
+    answers: list = []
+    waiter = threading.Thread(target=lambda: answers.append(gate.claim("gpu002", 30)))
+    waiter.start()
+    time.sleep(0.3)
+    assert answers == []  # waits while gpu001 probes
+    gate.report("gpu001", True)
+    waiter.join(10)
+    (second,) = answers
+    assert second.password is None and second.reason is ErrorReason.SUDO
+    assert second.detail == "password rejected on gpu001; not tried here"
+    assert gate.password() is None and gate.rejected_on == "gpu001"
+    assert "pw" not in repr(gate) and "pw" not in repr(first)
+
+
+def test_gate_accepted_opens_for_all_and_a_probe_without_answer_passes_the_role_on():
+    gate = SudoGate("pw")
+    assert gate.claim("a", 1).probing
+    gate.release("a")  # a's batch ended without an answer (unreachable, sudo hung)
+    b = gate.claim("b", 1)
+    assert b.probing and b.password == "pw"
+    gate.report("b", False)
+    c = gate.claim("c", 1)
+    assert (c.password, c.probing, c.reason) == ("pw", False, None)
+    assert SudoGate(None).claim("x", 1).password is None
+
+
+def test_gate_waiter_is_interrupted_and_bounded():
+    gate = SudoGate("pw")
+    gate.claim("a", 1)
+    assert gate.claim("b", 10, stopped=lambda: True).reason is ErrorReason.INTERRUPTED
+    bounded = gate.claim("b", 0.2)
+    assert bounded.password is None and "did not finish" in bounded.detail
+
+
+# ---------------------------------------------------------------------------------------------------- frames
+
+
+def test_busy_frame_makes_every_command_error_busy_naming_the_holder():
+    specs = [CommandSpec("a", ("true",), 5), CommandSpec("b", ("true",), 5)]
+    raw = b"__NVD_BUSY__ user=ops run=20261201T0640Z-abc since=2026-12-01T06:40:00Z pid=42\n__NVD_BATCH_END__\n"
+    results = batch.parse_output(specs, raw, 0.1)
+    assert [r.error for r in results] == [ErrorReason.BUSY, ErrorReason.BUSY]
+    assert results[0].error_detail == ("another nvdeploy run holds the node lock: run 20261201T0640Z-abc of user ops "
+                                       "since 2026-12-01T06:40:00Z (pid 42)")
+    # A tool cannot fake it: only the very first line of the answer counts.
+    fake = b"__NVD_CMD 0 rc=0 out=0/0 err=0/0__\n" + raw
+    assert batch.parse_output(specs[:1], fake, 0.1)[0].error is not ErrorReason.BUSY
+
+
+def test_sudo_not_run_frames_and_the_early_password_check():
+    specs = [CommandSpec("kmsg", ("dmesg",), 5, sudo=True), CommandSpec("lspci", ("lspci",), 5)]
+    err = b"Sorry, try again.\nsudo: 1 incorrect password attempt\n"
+    fake_header = b"__NVD_CMD 1 rc=0 out=0/0 err=0/0__\n"
+    raw = (b"__NVD_SUDO__ rc=1 err=%d\n" % (len(err) + len(fake_header)) + err + fake_header
+           + b"__NVD_CMD 0 rc=s1 out=0/0 err=%d/%d__\n" % (len(err), len(err)) + err
+           + b"__NVD_CMD 1 rc=0 out=3/3 err=0/0__\nabc__NVD_BATCH_END__\n")
+    assert batch.sudo_outcome(raw) == (1, err + fake_header)
+    assert batch.password_rejected(1, err) is True
+    assert batch.password_rejected(1, b"sudo: a terminal is required\n") is False
+    assert batch.password_rejected(124, b"") is None
+    kmsg, lspci = batch.parse_output(specs, raw, 0.1)
+    assert (kmsg.rc, kmsg.error) == (None, ErrorReason.SUDO)
+    assert "sudo refused the password" in kmsg.error_detail and kmsg.stderr == err
+    assert (lspci.rc, lspci.stdout, lspci.error) == (0, b"abc", None)
+
+
+# ------------------------------------------------------------------------------------------- local transport
+
+
+def test_local_output_is_capped_on_the_node_with_the_true_size(node_env):
+    folder, _ = node_env
+    specs = [
+        CommandSpec("head", ("sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' a; echo END"), 30, max_bytes=1000),
+        CommandSpec("tail", ("sh", "-c", "seq 1 200000"), 30, max_bytes=100, keep_tail=True),
+        CommandSpec("flood", ("sh", "-c", "head -c 20000000 /dev/zero; sleep 3"), 30, max_bytes=65536),
+    ]
+    sizes: list[int] = []
+    stop = threading.Event()
+
+    def watch() -> None:  # the node's temp folder, while the flood's tool is still running
+        while not stop.is_set():
+            sizes.append(sum(f.stat().st_size for f in (folder / "tmp").rglob("*") if f.is_file() and
+                             not f.is_fifo()))
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        with LocalTransport() as transport:
+            head, tail, flood = transport.run_batch(specs)
+    finally:
+        stop.set()
+        watcher.join(10)
+    assert (head.stdout, head.stdout_total, head.truncated) == (b"a" * 1000, 3000004, True)
+    assert tail.stdout.endswith(b"199999\n200000\n") and len(tail.stdout) == 100
+    assert (tail.stdout_total, tail.truncated) == (len("".join(f"{i}\n" for i in range(1, 200001))), True)
+    assert (len(flood.stdout), flood.stdout_total, flood.truncated) == (65536, 20000000, True)
+    assert max(sizes) < 2 * 1024 * 1024  # 20 MB flowed through, never more than the caps were written
+    assert list((folder / "tmp").iterdir()) == []  # the batch removed its folder
+
+
+def test_local_abort_ends_every_process_and_removes_the_temp_folder(node_env):
+    folder, marker = node_env
+    specs = [CommandSpec("stubborn", ("sh", "-c", "trap '' TERM; sleep 1000 & sleep 1001"), 600),
+             CommandSpec("child", ("sh", "-c", "python3 -c 'import os,time; os.setpgid(0,0); time.sleep(1000)' & "
+                                               "sleep 1002"), 600)]
+    transport = LocalTransport()
+    transport.connect()
+    results: list = []
+    worker = threading.Thread(target=lambda: results.extend(transport.run_batch(specs)))
+    worker.start()
+    _wait_for(lambda: len(_marked(marker)) >= 6, 30, "the batch to start")
+    transport.close()
+    worker.join(30)
+    assert [r.error for r in results] == [ErrorReason.INTERRUPTED, ErrorReason.INTERRUPTED]
+    _wait_for(lambda: not _marked(marker), 15, "every batch process to end")
+    _wait_for(lambda: list((folder / "tmp").iterdir()) == [], 15, "the temp folder to go")
+
+
+def test_local_second_run_is_refused_busy_and_names_the_holder(node_env):
+    folder, marker = node_env
+    first = LocalTransport().bind("n1", "run-A")
+    first.connect()
+    done: list = []
+    worker = threading.Thread(target=lambda: done.extend(first.run_batch([CommandSpec("s", ("sleep", "600"), 600)])))
+    worker.start()
+    _wait_for(lambda: any((folder / "lock").glob("holder.*")), 30, "the lock holder info")
+    second = LocalTransport().bind("n1", "run-B")
+    refused = second.run_batch([CommandSpec("a", ("true",), 5), CommandSpec("b", ("true",), 5)])
+    assert [r.error for r in refused] == [ErrorReason.BUSY, ErrorReason.BUSY]
+    assert "run run-A of user " in refused[0].error_detail
+    first.close()
+    worker.join(30)
+    _wait_for(lambda: not _marked(marker), 15, "the first batch to end its processes (and so release the lock)")
+    after = LocalTransport().bind("n1", "run-C").run_batch([CommandSpec("a", ("echo", "ok"), 5)])
+    assert (after[0].rc, after[0].stdout) == (0, b"ok\n")  # the lock went with its holder
+
+
+def test_local_wrong_password_is_tried_once_and_never_again(node_env):
+    folder, _ = node_env
+    gate = SudoGate("wrong")
+    specs = [CommandSpec("kmsg", ("echo", "k"), 5, sudo=True), CommandSpec("root2", ("echo", "r"), 5, sudo=True),
+             CommandSpec("plain", ("echo", "p"), 5)]
+    kmsg, root2, plain = LocalTransport().bind("gpu001", "r", gate).run_batch(specs)
+    assert _sudo_calls(folder) == ["-S -p  -- true"]  # one check, alone; the sudo commands never ran
+    for result in (kmsg, root2):
+        assert result.error is ErrorReason.SUDO and "sudo refused the password" in result.error_detail
+    assert (plain.rc, plain.stdout) == (0, b"p\n")
+    later = LocalTransport().bind("gpu002", "r", gate).run_batch(specs)
+    assert _sudo_calls(folder) == ["-S -p  -- true"]  # gpu002 was not sent it
+    assert later[0].error_detail == "password rejected on gpu001; not tried here"
+    assert (later[2].rc, later[2].stdout) == (0, b"p\n")
+
+
+def test_local_right_password_runs_sudo_commands_and_children_never_see_it(node_env, monkeypatch):
+    folder, _ = node_env
+    monkeypatch.setenv("NVDEPLOY_SUDO_PASSWORD", "Corr3ct-Pw")  # as if the CLI had not removed it
+    specs = [CommandSpec("root", ("echo", "r"), 5, sudo=True), CommandSpec("env", ("env",), 5)]
+    root, env = LocalTransport(sudo_password="Corr3ct-Pw").run_batch(specs)
+    assert (root.rc, root.stdout) == (0, b"r\n")
+    assert env.rc == 0 and b"Corr3ct-Pw" not in env.stdout and b"NVD_SUDO_PW" not in env.stdout
+    assert _sudo_calls(folder)[0] == "-S -p  -- true"
+
+
+# ----------------------------------------------------------------------------------------- the SSH reader
+
+
+class _FakeChannel:
+    """Enough of paramiko.Channel for SSHTransport._exec: the exit status comes first, the output after."""
+
+    def __init__(self, chunks: list[bytes], answer_exec: bool = True) -> None:
+        self._chunks = list(chunks)
+        self._buffer = b""
+        self._lock = threading.Lock()
+        self.answer_exec = answer_exec
+        self.event = threading.Event()
+        self.event_ready = False
+        self.remote_chanid = 1
+        self.status_event = threading.Event()
+        self.exit_status = 0
+        self.status_event.set()  # OpenSSH under load: exit-status before the last data
+        self.eof_received = False
+        self.closed = False
+        self.sent = b""
+        self.transport = self
+
+    # the transport side
+    def _send_user_message(self, message) -> None:
+        if self.answer_exec:
+            self.event_ready = True
+            self.event.set()
+            threading.Thread(target=self._feed, daemon=True).start()
+
+    def get_exception(self):
+        return None
+
+    def _feed(self) -> None:
+        for chunk in self._chunks:
+            time.sleep(0.05)
+            with self._lock:
+                self._buffer += chunk
+        time.sleep(0.05)
+        self.eof_received = True
+
+    # the channel side
+    def _event_pending(self) -> None:
+        self.event.clear()
+
+    def settimeout(self, _timeout) -> None:
+        pass
+
+    def sendall(self, data: bytes) -> None:
+        self.sent += data
+
+    def recv_ready(self) -> bool:
+        with self._lock:
+            return bool(self._buffer)
+
+    def recv(self, size: int) -> bytes:
+        with self._lock:
+            data, self._buffer = self._buffer[:size], self._buffer[size:]
+            return data
+
+    def recv_stderr_ready(self) -> bool:
+        return False
+
+    def recv_stderr(self, size: int) -> bytes:
+        return b""
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _FakeTransport:
+    def __init__(self, channel: _FakeChannel) -> None:
+        self.channel = channel
+
+    def is_active(self) -> bool:
+        return True
+
+    def open_session(self, timeout=None) -> _FakeChannel:
+        return self.channel
+
+
+class _FakeClient:
+    def __init__(self, transport: _FakeTransport) -> None:
+        self._transport = transport
+
+    def get_transport(self) -> _FakeTransport:
+        return self._transport
+
+
+class _FakeConn:
+    def __init__(self, channel: _FakeChannel) -> None:
+        self.client = _FakeClient(_FakeTransport(channel))
+
+
+def _ssh_with(channel: _FakeChannel) -> SSHTransport:
+    transport = SSHTransport("127.0.0.1", connect_timeout_s=0.5)
+    transport._conn = _FakeConn(channel)  # type: ignore[assignment]  # noqa: SLF001
+    return transport
+
+
+def test_ssh_reader_waits_for_eof_not_for_the_exit_status():
+    chunks = [b"x" * 1000] * 20
+    channel = _FakeChannel(chunks)
+    raw, error, detail = _ssh_with(channel)._exec("cmd", b"", 30, 10**6)  # noqa: SLF001
+    assert (len(raw), error, detail) == (20000, None, "")
+    assert channel.closed
+
+
+def test_ssh_exec_request_without_reply_is_bounded_and_stdin_stays_open():
+    channel = _FakeChannel([b"data"], answer_exec=False)
+    raw, error, detail = _ssh_with(channel)._exec("cmd", b"pw\n", 30, 10**6)  # noqa: SLF001
+    assert error is ErrorReason.TIMEOUT and "did not answer the exec request" in detail
+    answered = _FakeChannel([b"ok"])
+    _ssh_with(answered)._exec("cmd", b"pw\n", 30, 10**6)  # noqa: SLF001
+    assert answered.sent == b"pw\n"  # sent, and no shutdown_write: the fake has none, and would have failed

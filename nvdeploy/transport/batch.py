@@ -104,7 +104,10 @@ nvd_end() {
 }
 nvd_head() { head -c "$2" >"$1"; wc -c >"$1.n"; }
 nvd_tail() {
-  rm -f "$1.f"; mkfifo "$1.f" || { head -c "$2" >"$1"; wc -c >"$1.n"; return; }
+  rm -f "$1.f"
+  if ! mkfifo "$1.f" 2>/dev/null; then  # no FIFO: keep the head instead, still with the true size
+    head -c "$2" >"$1"; nvd_r=$(wc -c); nvd_size "$1"; echo $((nvd_v + nvd_r)) >"$1.t"; return
+  fi
   wc -c <"$1.f" >"$1.t" &
   tee "$1.f" | tail -c "$2" >"$1"
   wait
@@ -256,8 +259,9 @@ def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False, r
         "done",
         'nvd_only_tools=1; nvd_spare="$$ $PPID"; nvd_end; nvd_only_tools=',
         "[ -n \"$nvd_p\" ] && wait $nvd_p",
-        # Done: the watcher goes first (it must not sweep us), then anything else left in the session.
-        'kill "$nvd_w" 2>/dev/null; nvd_end',
+        # Done: the watcher goes first (it must not sweep us), then anything else left in the session. From here
+        # on a closed channel must not kill us by SIGPIPE before the EXIT trap removed the temp folder.
+        'kill "$nvd_w" 2>/dev/null; nvd_end; trap \'\' PIPE',
     ]
     for index, spec in enumerate(commands):
         lines.append(_frame(index, spec))

@@ -7,13 +7,14 @@ temporary name and renamed, so a half-written file is never presented as complet
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import threading
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, BinaryIO, Iterable, Iterator, Optional, Sequence
 
 from nvdeploy.results import CommandResult, EvidenceRecord, NodeResult
 
@@ -52,6 +53,32 @@ def write_atomic(path: Path, data: bytes, durable: bool = True) -> None:
         except OSError:
             pass
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path) -> Iterator[BinaryIO]:
+    """A file written through a handle (streamed, never held whole in memory), then fsynced and renamed into place:
+    it appears complete or not at all."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb", buffering=1 << 20) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
 
 
 def write_evidence_file(path: Path, data: bytes) -> None:

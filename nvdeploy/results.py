@@ -7,8 +7,10 @@ re-rendered from its journal.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import enum
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Optional
 
 SCHEMA_VERSION = 1
@@ -60,6 +62,8 @@ class ErrorReason(str, enum.Enum):
     INTERRUPTED = "interrupted"
     # Another workload holds the node: GPU compute processes, a Slurm job, or another nvdeploy run's lock.
     BUSY = "busy"
+    # The change is made but only takes effect after a reboot nvdeploy was not allowed to do (--allow-reboot).
+    REBOOT_REQUIRED = "reboot_required"
 
 
 class Remediation(str, enum.Enum):
@@ -88,6 +92,25 @@ class ExitCode(enum.IntEnum):
     INCOMPLETE = 3
     INTERRUPTED = 130
     TERMINATED = 143
+
+
+_ATOMS = (str, int, float, bool, type(None))
+
+
+def plain(value: Any) -> Any:
+    """``value`` as ``dataclasses.asdict`` would give it (nested dataclasses as dicts, containers copied), with a
+    fast path for the scalars almost every observed/expected value is."""
+    if isinstance(value, _ATOMS):
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(plain(v) for v in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain(v) for v in value)
+    if isinstance(value, dict):
+        return type(value)((plain(k), plain(v)) for k, v in value.items())
+    return copy.deepcopy(value)
 
 
 @dataclass(frozen=True)
@@ -149,11 +172,22 @@ class Finding:
     profile: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["verdict"] = self.verdict.value
-        data["reason"] = self.reason.value if self.reason else None
-        data["remediation"] = self.remediation.value
-        return data
+        # Explicit, not dataclasses.asdict: asdict deep-copies every field through its generic recursion, the
+        # largest serialisation cost of a fleet run (every finding is written to the journal and results.json).
+        return {
+            "check": self.check,
+            "verdict": self.verdict.value,
+            "summary": self.summary,
+            "node": self.node,
+            "observed": plain(self.observed),
+            "expected": plain(self.expected),
+            "unit": self.unit,
+            "gpu": self.gpu,
+            "reason": self.reason.value if self.reason else None,
+            "remediation": self.remediation.value,
+            "evidence": self.evidence,
+            "profile": self.profile,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Finding:
@@ -188,7 +222,17 @@ class EvidenceRecord:
     error: Optional[str] = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {
+            "collector": self.collector,
+            "command": self.command,
+            "path": self.path,
+            "rc": self.rc,
+            "bytes_total": self.bytes_total,
+            "truncated": self.truncated,
+            "sha256": self.sha256,
+            "duration_s": self.duration_s,
+            "error": self.error,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EvidenceRecord:
@@ -318,13 +362,14 @@ class RunResult:
             head = "Run interrupted; " + head[0].lower() + head[1:]
         return f"{head} ({', '.join(parts) or 'no nodes'})."
 
-    def to_dict(self) -> dict[str, Any]:
-        data = self._to_dict()
+    def to_dict(self, nodes: bool = True) -> dict[str, Any]:
+        """The run as plain data; ``nodes=False`` leaves ``nodes`` empty (a streaming writer adds them one by one)."""
+        data = self._to_dict(nodes)
         if self.phases:
             data["phases"] = [dict(p) for p in self.phases]
         return data
 
-    def _to_dict(self) -> dict[str, Any]:
+    def _to_dict(self, nodes: bool = True) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
             "run_id": self.run_id,
@@ -344,7 +389,7 @@ class RunResult:
             "inventory": self.inventory,
             "user": self.user,
             "cluster_findings": [f.to_dict() for f in self.cluster_findings],
-            "nodes": [n.to_dict() for n in self.nodes],
+            "nodes": [n.to_dict() for n in self.nodes] if nodes else [],
         }
 
     @classmethod

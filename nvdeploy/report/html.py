@@ -12,9 +12,10 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hashlib
+import io
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import IO, Any, Optional
 
 import jinja2
 from markupsafe import Markup
@@ -49,6 +50,7 @@ EXCERPT_BUDGET = 3_000_000
 OPEN_SECTIONS = 25  # node sections shown unfolded when there are at most this many
 VALUE_LIMIT = 160  # characters of an observed/expected value shown in a table cell
 ORDER = ("FAIL", "ERROR", "WARN", "PASS", "SKIP")
+WRITE_CHUNK = 1 << 16  # characters of rendered page gathered per write
 
 
 def report_script() -> str:
@@ -194,7 +196,15 @@ def _sizing_rows(run: RunResult) -> list[dict[str, Any]]:
 
 def render_html(run: RunResult, diff: Optional[RunDiff] = None, run_dir: Optional[Path] = None,
                 excerpt_budget: int = EXCERPT_BUDGET) -> bytes:
-    """The report as one self-contained HTML file.
+    """The report as one self-contained HTML file (see :func:`write_html`)."""
+    buffer = io.BytesIO()
+    write_html(run, buffer, diff=diff, run_dir=run_dir, excerpt_budget=excerpt_budget)
+    return buffer.getvalue()
+
+
+def write_html(run: RunResult, out: IO[bytes], diff: Optional[RunDiff] = None, run_dir: Optional[Path] = None,
+               excerpt_budget: int = EXCERPT_BUDGET) -> None:
+    """Stream the report as one self-contained HTML file into ``out`` (the page is never held whole in memory).
 
     Args:
         run: the run to show.
@@ -213,7 +223,7 @@ def render_html(run: RunResult, diff: Optional[RunDiff] = None, run_dir: Optiona
                        "new_warnings": group_changes(diff.new_warnings),
                        "fixed_checks": group_changes(diff.fixed_checks), "drift": group_drift(diff.drift)}
     data = {"nodes": [n.name for n in run.nodes], "rows": [r["indexes"] for r in rows]}
-    html = _ENV.get_template("report.html.j2").render(
+    chunks = _ENV.get_template("report.html.j2").generate(
         run=run, verdict=verdict, verdict_text=verdict.replace("_", " "), why=why(run), counts=run.counts(),
         order=ORDER, meta=_meta(run), steps=steps, action_text=action_text(run, steps), checks=checks, rows=rows,
         cell_text=CELL_TEXT, cluster_findings=list(run.cluster_findings), sizing_rows=_sizing_rows(run),
@@ -221,4 +231,12 @@ def render_html(run: RunResult, diff: Optional[RunDiff] = None, run_dir: Optiona
         excerpts_dropped=dropped, all_nodes=_all_nodes(run), data=data, script=Markup(script),  # noqa: S704
         csp=Markup(content_security_policy(script)),  # noqa: S704 - our constant: quotes must stay quotes
         rendered_at=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
-    return html.encode("utf-8")
+    pending: list[str] = []
+    size = 0
+    for chunk in chunks:
+        pending.append(chunk)
+        size += len(chunk)
+        if size >= WRITE_CHUNK:
+            out.write("".join(pending).encode("utf-8"))
+            pending, size = [], 0
+    out.write("".join(pending).encode("utf-8"))

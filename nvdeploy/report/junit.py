@@ -12,9 +12,10 @@ written as ``_`` there (the suite name and hostname keep the real names).
 from __future__ import annotations
 
 import datetime as dt
+import io
 import xml.etree.ElementTree as ET
 from collections import defaultdict
-from typing import Optional
+from typing import IO, Iterator, Optional
 
 from nvdeploy.report.view import ACTION_TEXT
 from nvdeploy.results import Finding, RunResult, Verdict
@@ -87,38 +88,73 @@ def _case(suite: ET.Element, classname: str, name: str, findings: list[Finding])
     return counts
 
 
-def render_junit(run: RunResult) -> bytes:
-    """The run as JUnit XML (UTF-8, with declaration)."""
-    root = ET.Element("testsuites", name=_clean(f"nvdeploy {run.phase} {run.cluster}"))
-    timestamp = _timestamp(run.started_at) if run.started_at else None
-    suites: list[tuple[str, str, float, tuple[Finding, ...]]] = [
-        (node.name, node.address or node.name, node.duration_s, node.findings) for node in run.nodes]
+def _suites(run: RunResult) -> Iterator[tuple[str, str, float, tuple[Finding, ...]]]:
+    for node in run.nodes:
+        yield node.name, node.address or node.name, node.duration_s, node.findings
     if run.cluster_findings:
-        suites.append(("cluster", "", 0.0, run.cluster_findings))
+        yield "cluster", "", 0.0, run.cluster_findings
+
+
+def _by_check(findings: tuple[Finding, ...]) -> dict[str, list[Finding]]:
+    by_check: dict[str, list[Finding]] = defaultdict(list)
+    for finding in findings:
+        by_check[finding.check].append(finding)
+    return by_check
+
+
+def _suite(run: RunResult, timestamp: Optional[str], suite_name: str, hostname: str, duration: float,
+           findings: tuple[Finding, ...]) -> tuple[ET.Element, dict[str, int]]:
+    suite = ET.Element("testsuite", name=_clean(f"{run.cluster}.{suite_name}"))
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    classname = f"{_classname_part(run.cluster)}.{_classname_part(suite_name)}"
+    for check, grouped in _by_check(findings).items():
+        counts = _case(suite, classname, check, grouped)
+        totals["tests"] += 1
+        for key, value in counts.items():
+            totals[key] += value
+    for key, value in totals.items():
+        suite.set(key, str(value))
+    suite.set("time", f"{duration:.3f}")
+    if timestamp:
+        suite.set("timestamp", timestamp)
+    if hostname:
+        suite.set("hostname", _clean(hostname))
+    return suite, totals
+
+
+def _grand_totals(run: RunResult) -> dict[str, int]:
+    """The root's tests/failures/errors, counted before any suite is written (the root's attributes come first)."""
     grand = {"tests": 0, "failures": 0, "errors": 0}
-    for suite_name, hostname, duration, findings in suites:
-        suite = ET.SubElement(root, "testsuite", name=_clean(f"{run.cluster}.{suite_name}"))
-        by_check: dict[str, list[Finding]] = defaultdict(list)
-        for finding in findings:
-            by_check[finding.check].append(finding)
-        totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-        classname = f"{_classname_part(run.cluster)}.{_classname_part(suite_name)}"
-        for check, grouped in by_check.items():
-            counts = _case(suite, classname, check, grouped)
-            totals["tests"] += 1
-            for key, value in counts.items():
-                totals[key] += value
-        for key, value in totals.items():
-            suite.set(key, str(value))
-        suite.set("time", f"{duration:.3f}")
-        if timestamp:
-            suite.set("timestamp", timestamp)
-        if hostname:
-            suite.set("hostname", _clean(hostname))
-        for key in grand:
-            grand[key] += totals[key]
-    for key, value in grand.items():
+    for _name, _host, _duration, findings in _suites(run):
+        for grouped in _by_check(findings).values():
+            grand["tests"] += 1
+            worst = Verdict.worst(f.verdict for f in grouped)
+            if worst is Verdict.FAIL:
+                grand["failures"] += 1
+            elif worst is Verdict.ERROR:
+                grand["errors"] += 1
+    return grand
+
+
+def write_junit(run: RunResult, out: IO[bytes]) -> None:
+    """The run as JUnit XML (UTF-8, with declaration), streamed one suite (node) at a time."""
+    root = ET.Element("testsuites", name=_clean(f"nvdeploy {run.phase} {run.cluster}"))
+    for key, value in _grand_totals(run).items():
         root.set(key, str(value))
     root.set("time", f"{run.duration_s:.3f}")
-    ET.indent(root, space=" ")
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+    timestamp = _timestamp(run.started_at) if run.started_at else None
+    head = ET.tostring(root, encoding="unicode", short_empty_elements=False)
+    out.write(b"<?xml version='1.0' encoding='utf-8'?>\n")
+    out.write(head[: head.rindex("</testsuites>")].encode("utf-8"))
+    for suite_name, hostname, duration, findings in _suites(run):
+        suite, _totals = _suite(run, timestamp, suite_name, hostname, duration, findings)
+        ET.indent(suite, space=" ", level=1)
+        out.write(b"\n " + ET.tostring(suite, encoding="utf-8"))
+    out.write(b"\n</testsuites>\n")
+
+
+def render_junit(run: RunResult) -> bytes:
+    """The run as JUnit XML (UTF-8, with declaration)."""
+    buffer = io.BytesIO()
+    write_junit(run, buffer)
+    return buffer.getvalue()

@@ -90,9 +90,13 @@ class SlurmClient:
             try:
                 return parse_json(done.stdout)
             except SlurmParseError:
-                pass  # Slurm 23.02+: sinfo's JSON groups nodes; scontrol's JSON has the node list
-            done23 = self._run(["scontrol", "--json", "show", "node"] + ([names] if names else []), check=False)
-            if done23.rc == 0:
+                # Slurm 23.02+: sinfo's JSON groups nodes, scontrol's JSON has the node list. Or slurmctld is down
+                # (22.05 then exits 0 with "Unspecified error"): the text command below says it in Slurm's words.
+                pass
+            has_list = '"nodes"' in done.stdout  # 22.05's shape (then an error above is slurmctld's)
+            json_argv = ["scontrol", "--json", "show", "node"] + ([names] if names else [])
+            done23 = None if has_list else self._run(json_argv, check=False)
+            if done23 is not None and done23.rc == 0:
                 try:
                     return parse_json(done23.stdout)
                 except SlurmParseError:

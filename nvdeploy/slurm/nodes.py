@@ -128,6 +128,12 @@ def parse_json(text: str) -> list[SlurmNode]:
     except ValueError as exc:
         raise SlurmParseError(f"not JSON: {exc}") from None
     nodes = data.get("nodes") if isinstance(data, dict) else None
+    errors = data.get("errors") if isinstance(data, dict) else None
+    if errors and not nodes:
+        # Slurm 22.05's sinfo --json exits 0 with {"errors": [{"error": "Unspecified error"}], "nodes": []} when
+        # slurmctld is down: an empty list here is a failure, never "no nodes".
+        words = "; ".join(str(e.get("error", e)) if isinstance(e, dict) else str(e) for e in errors)
+        raise SlurmParseError(f"Slurm's JSON reports errors and no nodes: {words}")
     if not isinstance(nodes, list):
         raise SlurmParseError("no 'nodes' list in Slurm's JSON (sinfo --json of Slurm 23.02+ has none: "
                               "use scontrol --json show node)")

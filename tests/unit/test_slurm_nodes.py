@@ -96,3 +96,10 @@ def test_facts_round_trip() -> None:
     for node in _text():
         again = node_from_facts(node.name, node.to_dict())
         assert again.to_dict() == node.to_dict()
+
+
+def test_sinfo_json_with_controller_down_is_an_error_not_an_empty_cluster() -> None:
+    # Slurm 22.05.8, slurmctld killed: sinfo --json exits 0 with this (captured on the test cluster).
+    text = '{"meta": {}, "errors": [{"error": "Unspecified error", "errno": -1}], "nodes": []}'
+    with pytest.raises(SlurmParseError, match="Unspecified error"):
+        parse_json(text)

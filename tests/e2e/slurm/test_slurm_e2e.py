@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.timeout(300)]
 THEIRS = 'ops: fan "FAN2" $(touch /tmp/nvd-pwned) ; `id` | x'
 
 
-def inventory(tmp_path: Path, group: str = "slurm: {partition: debug, timeout: 10}", extra: str = "",
+def inventory(tmp_path: Path, group: str = "slurm: {partition: debug, timeout: 20}", extra: str = "",
               vars_: str = "command_timeout: 60") -> Path:
     path = tmp_path / "inv.yaml"
     path.write_text(f"all:\n  vars: {{profile: {PROFILE}, cluster: sl, {vars_}}}\n  children:\n    gpu:\n"

@@ -34,6 +34,7 @@ def slurm_cluster() -> Iterator[SlurmTestCluster]:
         yield cluster
     finally:
         cluster.stop()
+        shutil.rmtree(DIR, ignore_errors=True)
 
 
 @pytest.fixture

@@ -20,8 +20,10 @@ from typing import Callable, Sequence
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPTS = ROOT / "tests" / "slurm"
-DIR = Path(os.environ.get("NVDEPLOY_SLURM_TEST_DIR", "/tmp/nvdsl"))  # short: unix socket paths <= 107 chars
-PORT = int(os.environ.get("NVDEPLOY_SLURM_TEST_PORT", "17817"))
+# Per test session, so that two sessions on one machine never share daemons: a short folder (munge's and
+# slurmstepd's unix socket paths must stay under ~107 characters) and ports 200 apart (slurmd use PORT+101..).
+DIR = Path(os.environ.get("NVDEPLOY_SLURM_TEST_DIR", f"/tmp/nvdsl-{os.getpid()}"))
+PORT = int(os.environ.get("NVDEPLOY_SLURM_TEST_PORT", str(20000 + (os.getpid() % 200) * 200)))
 NODES = 4
 PROFILE = "h100-sxm-8x"
 

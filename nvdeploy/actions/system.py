@@ -26,6 +26,8 @@ DNF_FAMILY = ("rhel", "rocky", "almalinux", "centos", "ol")
 WRITE_SCRIPT = 'umask 022 && printf "%s\\n" "$1" > "$2"'
 WRITE_HELPER = "nvdeploy-write"
 UNIT = r"[A-Za-z0-9][A-Za-z0-9@._-]*"
+# uname -m -> the folder of NVIDIA's CUDA repository (Grace/ARM64 servers use sbsa).
+ARCH_FOLDERS = {"x86_64": "x86_64", "aarch64": "sbsa", "arm64": "sbsa"}
 MODULE = r"[a-z0-9_]+"
 
 
@@ -54,8 +56,10 @@ def distro_tag(os_id: str, version: str) -> str:
 
 
 def detect_os(ctx: ActionContext) -> None:
-    """Read /etc/os-release and the kernel into ctx.facts (os_id, os_version, os_family, kernel, distro_tag)."""
-    release, kernel = ctx.read_many([("os_release", ("cat", "/etc/os-release")), ("kernel", ("uname", "-r"))])
+    """Read /etc/os-release, the kernel and the machine into ctx.facts (os_id, os_version, os_family, kernel,
+    distro_tag, arch: NVIDIA's repository folder, x86_64 or sbsa for aarch64/Grace)."""
+    release, kernel, machine = ctx.read_many([("os_release", ("cat", "/etc/os-release")), ("kernel", ("uname", "-r")),
+                                              ("machine", ("uname", "-m"))])
     if not release.ok:
         ctx.facts["os_family"] = None
         ctx.facts["os_problem"] = f"cannot read /etc/os-release: {describe_failure(release)}"
@@ -71,6 +75,7 @@ def detect_os(ctx: ActionContext) -> None:
         family = "dnf"
     ctx.facts.update(os_id=os_id, os_version=version, os_name=info.get("PRETTY_NAME", os_id),
                      kernel=kernel.text.strip() if kernel.ok else "", os_family=family,
+                     arch=ARCH_FOLDERS.get(machine.text.strip(), machine.text.strip()) if machine.ok else "x86_64",
                      distro_tag=distro_tag(os_id, version) if family else "")
     if family is None:
         ctx.facts["os_problem"] = (f"unsupported OS {info.get('PRETTY_NAME', os_id)!r} (ID={os_id}): nvdeploy "
@@ -277,8 +282,9 @@ class Reboot(Action):
             return Probe(note="no reboot required")
         why = why or "requested by the playbook"
         if not ctx.allow_reboot:
+            # Not a fault of the node: the install is done up to the reboot nvdeploy may not do (ERROR, not FAIL).
             return Probe(failure=f"reboot required ({why}) but not allowed: rerun with --allow-reboot "
-                         "(or set allow_reboot: true for the host)", reason=None)
+                         "(or set allow_reboot: true for the host)", reason=ErrorReason.REBOOT_REQUIRED)
         return Probe(current={"reboot": f"pending: {why}"}, desired={"reboot": "done*"})
 
     def plan(self, ctx: ActionContext, p: Mapping[str, Any], probe: Probe) -> list[Cmd]:

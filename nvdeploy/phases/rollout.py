@@ -96,6 +96,8 @@ def step_finding(phase: str, result: StepResult, node: str, evidence: Optional[s
     remediation = Remediation.NONE
     if result.status is StepStatus.FAILED:
         remediation = Remediation.TUNE if phase == "optimize" else Remediation.INVESTIGATE
+        if result.reason is ErrorReason.REBOOT_REQUIRED:
+            remediation = Remediation.REBOOT
     reason = result.reason if verdict is Verdict.ERROR else None
     if result.status is StepStatus.NOT_RUN:
         reason = result.reason or ErrorReason.NOT_RUN
@@ -114,7 +116,8 @@ class PhaseRecorder(RunRecorder):
         self.label = label
 
     def write_evidence(self, node: str, results: Sequence[CommandResult]) -> list[EvidenceRecord]:
-        folder = self._inside(self.run_dir / "evidence" / safe_name(node) / safe_name(self.label))
+        # _inside checks the node's folder (evidence/<node>); the label is one safe_name() below it.
+        folder = self._inside(self.run_dir / "evidence" / safe_name(node)) / safe_name(self.label)
         try:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:

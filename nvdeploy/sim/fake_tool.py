@@ -27,10 +27,14 @@ FAKE_TOOLS = ("nvidia-smi", "lspci", "dmesg", "journalctl", "dcgmi", "ibstat", "
               "all_reduce_perf", "python3", "lsmod", "ofed_info", "nv-fabricmanager",
               # stateful nodes (nvdeploy/sim/systools.py)
               "sudo", "apt-get", "dpkg-query", "dpkg", "dnf", "rpm", "curl", "modprobe", "mokutil", "cpupower",
-              "reboot", "uname", "cat")
+              "reboot", "uname", "cat",
+              # install (nvdeploy/sim/pkgtools.py)
+              "nvidia-ctk", "dracut", "update-initramfs", "grep")
 # Tools simulated only for some first arguments (a shell ``case`` pattern); every other call runs the real program,
 # which the batch script itself needs (``cat`` of its own temp files). name -> (pattern, real program).
-PARTIAL_TOOLS = {"cat": ("/etc/os-release|/proc/sys/kernel/random/boot_id|*nvdeploy*", "/bin/cat")}
+PARTIAL_TOOLS = {"cat": ("/etc/os-release|/proc/sys/kernel/random/boot_id|*nvdeploy*|/etc/modprobe.d/*|/etc/cdi/*"
+                         "|/etc/docker/*|/etc/containerd/*", "/bin/cat"),
+                 "grep": ("-rsH", "/bin/grep")}
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the nvdeploy package
 
 

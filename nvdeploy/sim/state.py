@@ -51,7 +51,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from nvdeploy.sim.scenario import (
     FACT_FILTERS,
@@ -205,8 +205,21 @@ def headers_package(state: NodeState) -> str:
     return f"linux-headers-{state.kernel}" if state.family == "apt" else f"kernel-devel-{state.kernel}"
 
 
+# Other sim modules shape a baseline too (pkgtools.py: cuda_keyring, nouveau, docker, ...): each hook changes the
+# state in place; the faults they register in HOOK_FAULTS make a node's state matter as STATE_FAULTS do.
+BASELINE_HOOKS: list[Callable[[NodeScenario, NodeState], None]] = []
+HOOK_FAULTS: set[str] = set()
+
+
 def baseline(scenario: NodeScenario) -> NodeState:
-    """The state a node has before anything changed it, derived from its scenario."""
+    """The state a node has before anything changed it, derived from its scenario (and the hooks)."""
+    state = _scenario_baseline(scenario)
+    for hook in BASELINE_HOOKS:
+        hook(scenario, state)
+    return state
+
+
+def _scenario_baseline(scenario: NodeScenario) -> NodeState:
     os_id, os_version = os_of(scenario)
     state = NodeState(os_id=os_id, os_version=os_version)
     if state.family == "dnf":
@@ -436,7 +449,7 @@ def snapshot_memory(cluster: str) -> dict[str, str]:
 
 def involved(scenario: NodeScenario) -> bool:
     """Whether the state can change anything the node reports (fast path for every other node)."""
-    if any(f in STATE_FAULTS or OS_FAULT.fullmatch(f) for f in scenario.faults):
+    if any(f in STATE_FAULTS or f in HOOK_FAULTS or OS_FAULT.fullmatch(f) for f in scenario.faults):
         return True
     return has_stored(scenario)
 

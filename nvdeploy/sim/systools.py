@@ -104,6 +104,8 @@ def _load_nvidia(scenario: NodeScenario, state: st.NodeState) -> Optional[str]:
         return f"modprobe: FATAL: Module nvidia not found in directory /lib/modules/{state.kernel}\n"
     if state.secure_boot:
         return "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service\n"
+    if "nouveau" in state.modules:  # nouveau holds the GPUs: the nvidia probe finds no device
+        return "modprobe: ERROR: could not insert 'nvidia': No such device\n"
     if state.loaded_driver is None:
         state.loaded_driver = state.installed_driver
     for name in ("nvidia", "nvidia_uvm", "nvidia_modeset"):
@@ -147,7 +149,9 @@ def boot(scenario: NodeScenario, state: st.NodeState) -> None:
     state.boots += 1
     state.modules = []
     state.loaded_driver = None
-    if state.installed_driver is not None and not state.secure_boot:
+    if scenario.has("nouveau") and state.files.get("sim:initramfs") != "nouveau-blacklisted":
+        state.modules.append("nouveau")  # loaded from the initramfs until a rebuilt one blacklists it
+    if state.installed_driver is not None and not state.secure_boot and "nouveau" not in state.modules:
         _load_nvidia(scenario, state)
         persisted = any("nvidia_peermem" in text for path, text in state.files.items()
                         if path.startswith("/etc/modules-load.d/"))
@@ -187,8 +191,9 @@ def _mokutil(scenario: NodeScenario, args: list[str]) -> tuple[ToolOutput, bool]
 def _uname(scenario: NodeScenario, args: list[str]) -> tuple[ToolOutput, bool]:
     state = st.current(scenario)
     host = scenario.name.split(".")[0]
-    answers = {"-r": state.kernel, "-m": "x86_64", "-s": "Linux", "-n": host,
-               "-a": f"Linux {host} {state.kernel} #1 SMP x86_64 GNU/Linux"}
+    machine = "aarch64" if scenario.has("arm64") else "x86_64"
+    answers = {"-r": state.kernel, "-m": machine, "-s": "Linux", "-n": host,
+               "-a": f"Linux {host} {state.kernel} #1 SMP {machine} GNU/Linux"}
     if not args:
         return _text("Linux\n"), False
     if len(args) == 1 and args[0] in answers:
@@ -355,6 +360,8 @@ _NVIDIA_MODULES = {"nvidia_uvm": ("4956160", "4", ""), "nvidia_modeset": ("16384
 
 def _lsmod(scenario: NodeScenario, state: st.NodeState) -> ToolOutput:
     rows: list[tuple[str, str, str, str]] = []
+    if "nouveau" in state.modules:
+        rows.append(("nouveau", "2793472", "0", ""))
     if "nvidia_peermem" in state.modules:
         rows.append(("nvidia_peermem", "16384", "0", ""))
     if st.ib_present(scenario):

@@ -244,8 +244,13 @@ def test_run_stops_before_optimize_when_validate_is_not_ready(tmp_path):
 def test_driver_upgrade_needs_a_reboot_only_with_allow_reboot(tmp_path):
     inv = inventory(tmp_path, {"gpu01": ["driver_mismatch"]})  # 535.161.08 installed and loaded
     refused = run_install(inv, CATALOG, PhaseOptions(), tmp_path / "r", INSTALL)
-    driver = next(f for f in refused.run.nodes[0].findings if f.check == "install.driver")
-    assert driver.verdict is Verdict.FAIL and "--allow-reboot" in driver.summary
+    findings = {f.check: f for f in refused.run.nodes[0].findings}
+    assert findings["install.driver"].verdict is Verdict.PASS and "pending reboot" in findings["install.driver"].summary
+    # Installed up to the reboot nvdeploy may not do: ERROR reboot_required (not a FAIL), saying what to do.
+    reboot = findings["install.reboot"]
+    assert reboot.verdict is Verdict.ERROR and reboot.reason is ErrorReason.REBOOT_REQUIRED
+    assert "--allow-reboot" in reboot.summary and reboot.remediation.value == "REBOOT"
+    assert refused.exit_code == 3
     assert state.memory_state("lab", "gpu01").boots == 1
     rebooted = run_install(inv, CATALOG, PhaseOptions(allow_reboot=True), tmp_path / "r2", INSTALL)
     steps = {s.step: s for s in rebooted.phases[0].steps["gpu01"]}

@@ -190,3 +190,18 @@ def test_gpu_facts_serialise_their_errors():
     gpu = parse_xml(run_tool(scenario, ["nvidia-smi", "-q", "-x"]).stdout.decode()).gpus[ECC_UNKNOWN_GPU]
     assert gpu.to_dict()["errors"] == {"ecc_uncorrectable_aggregate": "UNKNOWN",
                                        "ecc_uncorrectable_volatile": "UNKNOWN"}
+
+
+def test_gpu_the_probe_got_no_handle_for_is_error_in_each_check():
+    import json
+
+    results = facts_results((), "nvml_probe")
+    body, marker, rest = results["nvml_probe"].text.partition("__NVD_PROBE_END__")
+    data = json.loads(body)
+    data["gpus"][5] = {"index": 5, "lost": False, "error": "UNKNOWN", "code": 999}
+    results["nvml_probe"] = result("nvml_probe", json.dumps(data) + "\n" + marker + rest)
+    ctx = context(results)
+    for check_id in ("gpu.memory", "memory.ecc_errors", "pcie.link", "clocks.temperature"):
+        findings = run_check(check_id, ctx)
+        assert [(f.verdict, f.gpu) for f in findings] == [(Verdict.ERROR, 5)], findings
+        assert "no handle: UNKNOWN" in findings[0].summary

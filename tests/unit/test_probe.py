@@ -108,3 +108,29 @@ def test_probe_json_without_error_records_still_reads():
     old = json.dumps({"format": "nvml", "driver_version": "550.90.07", "gpus": [{"index": 0, "temperature_c": None}]})
     facts = parse_probe_json(old + "\n__NVD_PROBE_END__\n")
     assert facts.gpus[0].temperature_c is None and facts.gpus[0].errors == () and not facts.gpus[0].lost
+
+
+def test_gpu_without_a_handle_is_recorded_with_its_error():
+    import io
+
+    from nvdeploy.probe import nvml_probe
+    from nvdeploy.sim.fake_nvml import NVMLError, fake_nvml
+    from nvdeploy.sim.scenario import node_facts
+
+    nvml = fake_nvml(node_facts(NodeScenario("gpu01", CATALOG.get("h100-sxm-8x"))))
+    handles = nvml.nvmlDeviceGetHandleByIndex
+
+    def handle(index):
+        if index in (2, 5):
+            raise NVMLError(15 if index == 2 else 999)
+        return handles(index)
+
+    nvml.nvmlDeviceGetHandleByIndex = handle
+    out = io.StringIO()
+    assert nvml_probe.main(nvml, out=out) == 0
+    data = json.loads(out.getvalue().split("__NVD_PROBE_END__")[0])
+    assert data["gpus"][2] == {"index": 2, "lost": True, "error": "GPU_IS_LOST", "code": 15}
+    assert data["gpus"][5] == {"index": 5, "lost": False, "error": "UNKNOWN", "code": 999}
+    gpus = parse_probe_json(out.getvalue()).gpus
+    assert gpus[2].lost and gpus[2].index == 2
+    assert not gpus[5].lost and gpus[5].error("handle") == "UNKNOWN" and gpus[5].name is None

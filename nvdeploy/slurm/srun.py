@@ -21,6 +21,7 @@ import base64
 import binascii
 import itertools
 import math
+import os
 import re
 import shlex
 import signal
@@ -148,6 +149,7 @@ class _Request:
     node: str
     specs: list[CommandSpec]
     deadline_s: Optional[float]
+    run_id: str = ""
     done: bool = False
     results: list[CommandResult] = field(default_factory=list)
 
@@ -215,8 +217,9 @@ class SrunPool:
                 pass
 
     # ---- gathering ----
-    def run(self, node: str, specs: Sequence[CommandSpec], deadline_s: Optional[float]) -> list[CommandResult]:
-        request = _Request(node, list(specs), deadline_s)
+    def run(self, node: str, specs: Sequence[CommandSpec], deadline_s: Optional[float],
+            run_id: str = "") -> list[CommandResult]:
+        request = _Request(node, list(specs), deadline_s, run_id)
         with self._cond:
             self._pending.append(request)
             self._cond.notify_all()
@@ -282,7 +285,8 @@ class SrunPool:
         """One step per distinct batch script (normally one for all nodes), side by side."""
         groups: dict[str, list[str]] = {}
         for node, request in by_node.items():
-            groups.setdefault(batch.build_script(request.specs), []).append(node)
+            # The same script as over SSH, node lock and watcher included (the run id names the lock's holder).
+            groups.setdefault(batch.build_script(request.specs, run_id=request.run_id), []).append(node)
         results: list[tuple[dict[str, bytes], Optional[ErrorReason], str, str]] = []
         threads = [threading.Thread(target=lambda s=script, n=nodes: results.append(self._step(s, n, by_node)),
                                     daemon=True) for script, nodes in groups.items()]
@@ -309,8 +313,10 @@ class SrunPool:
         argv = srun_argv(nodes, self.options, limit, job_name, min(gres) if gres else None)  # type: ignore[type-var]
         argv += ["-c", WRAPPER, "nvd-wrap", script]
         started = time.monotonic()
+        # srun exports the caller's environment to the tasks: never nvdeploy's secrets.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NVDEPLOY_SUDO")}
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
+                                start_new_session=True, env=env)
         with self._cond:
             self._procs[job_name] = proc
         chunks: dict[str, list[bytes]] = {"out": [], "err": []}
@@ -369,7 +375,7 @@ class SrunTransport(Transport):
             return []
         self._in_flight = True
         try:
-            return self.pool.run(self.node, commands, deadline_s)
+            return self.pool.run(self.node, commands, deadline_s, self.run_id)
         finally:
             self._in_flight = False
 

@@ -44,6 +44,7 @@ _SMI_RC = {
     18: "driver/library version mismatch (nvidia-smi exit 18)",
     127: "nvidia-smi not found (driver not installed?)",
 }
+_INHERITED = (ErrorReason.CONNECTION_LOST, ErrorReason.INTERRUPTED)
 _NO_DRIVER = "couldn't communicate with the NVIDIA driver"
 _LOST_RE = re.compile(r"GPU[ _]IS[ _]LOST|fallen off the bus", re.IGNORECASE)
 
@@ -137,7 +138,11 @@ def heavy_skip(results: Mapping[str, CommandResult], facts: Mapping[str, Any],
     """Why none of the node's heavy collectors may start; None when they may."""
     unfit = unfit_reason(results, facts)
     if unfit is not None:
-        return HeavySkip(ErrorReason.NOT_RUN, f"skipped: {unfit}")
+        smi = results.get(SMI)
+        # A light batch lost with the connection (or to an interrupt) passes its own reason on: the heavy checks
+        # could not be run for the same cause, and --resume must redo an interrupted node.
+        inherited = smi.error if smi is not None and smi.error in _INHERITED else None
+        return HeavySkip(inherited or ErrorReason.NOT_RUN, f"skipped: {unfit}")
     return None if allow_busy else busy_skip(results)
 
 

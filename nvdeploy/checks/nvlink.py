@@ -7,6 +7,7 @@ import re
 import nvdeploy.collect_catalog  # noqa: F401  registers the collectors named below
 from nvdeploy.checks.gating import first_line, raw_gate, section
 from nvdeploy.checks.registry import NodeContext, register
+from nvdeploy.parsers.nvlink import _GPU_RE, _LINK_RE, _link
 from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
 
 NVLINK = "nvidia_smi_nvlink"
@@ -25,6 +26,19 @@ def _smi_rc_gate(ctx: NodeContext, check_id: str, collector: str, what: str) -> 
                         reason=reason, collector=collector)]
 
 
+def _unknown_links(text: str) -> dict[int, list[tuple[int, str]]]:
+    """{GPU index: [(link, value)]} for links whose state nvidia-smi printed as neither a speed nor inactive
+    (``Unknown Error``, ``GPU is lost``...): unknown, so not "down" either."""
+    out: dict[int, list[tuple[int, str]]] = {}
+    gpu = -1
+    for line in text.splitlines():
+        if match := _GPU_RE.match(line):
+            gpu = int(match.group(1))
+        elif (match := _LINK_RE.match(line)) and not _link(match.group(1), match.group(2))[1]:
+            out.setdefault(gpu, []).append((int(match.group(1)), match.group(2)[:60]))
+    return out
+
+
 @register("nvlink.links", collectors=(NVLINK,))
 def nvlink_links(ctx: NodeContext) -> list[Finding]:
     """Runs ``nvidia-smi nvlink -s``: every NVLink of every GPU up at the expected speed.
@@ -32,7 +46,9 @@ def nvlink_links(ctx: NodeContext) -> list[Finding]:
     PASS: every GPU lists the profile's ``nvlink.links`` links, each active at ``nvlink.speed_gbps`` GB/s (1%
     tolerance). FAIL per GPU for an inactive link or a slower one (REBOOT; if it stays down, ISOLATE: a bad
     NVLink/NVSwitch connection needs the baseboard serviced). ERROR when nvidia-smi failed or the GPUs are in MIG
-    mode (NVLink state cannot be read). SKIP for SKUs without NVLink (no ``nvlink`` section in the profile).
+    mode (NVLink state cannot be read), and ERROR naming the GPU and links whose state reads neither a speed nor
+    inactive (``Unknown Error``): unknown is not down and not up. SKIP for SKUs without NVLink (no ``nvlink``
+    section in the profile).
     """
     expected = section(ctx, "nvlink")
     if not expected:
@@ -52,9 +68,18 @@ def nvlink_links(ctx: NodeContext) -> list[Finding]:
                             reason=ErrorReason.NOT_RUN, remediation=Remediation.TUNE, collector=NVLINK)]
     want = f"{links} x {speed:g} GB/s"
     findings = []
+    unknown = _unknown_links(ctx.results[NVLINK].text)
     for gpu in facts.gpus:
+        unread = unknown.get(gpu.index, [])
+        if unread:
+            findings.append(ctx.finding(
+                "nvlink.links", Verdict.ERROR,
+                f"GPU{gpu.index}: state of link(s) {', '.join(str(n) for n, _ in unread)} unknown "
+                f"({unread[0][1]!r})", observed="unknown", expected=want, gpu=gpu.index if gpu.index >= 0 else None,
+                reason=ErrorReason.UNPARSEABLE, collector=NVLINK))
+        skip = {n for n, _ in unread}
         active = [link for link in gpu.links if link.active]
-        down = [link.link for link in gpu.links if not link.active]
+        down = [link.link for link in gpu.links if not link.active and link.link not in skip]
         floor = speed * (1 - SPEED_TOLERANCE)
         slow = [link for link in active if link.speed_gbps is not None and link.speed_gbps < floor]
         problems = []

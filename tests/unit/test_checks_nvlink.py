@@ -71,3 +71,18 @@ def test_real_captures():
     ctx = context({"nvidia_smi_topo": result("nvidia_smi_topo", pcie_only)})
     finding = run_check("nvlink.topology", ctx)[0]
     assert finding.verdict is Verdict.FAIL and finding.observed == {"GPU0-GPU1": "PHB"}
+
+
+def test_link_whose_state_cannot_be_read_is_error_naming_gpu_and_link_not_down():
+    from nvdeploy.profiles import ProfileCatalog
+    from nvdeploy.sim.scenario import NodeScenario
+    from nvdeploy.sim.tools import run_tool
+
+    scenario = NodeScenario("node01", ProfileCatalog().get("h100-sxm-8x"))
+    text = run_tool(scenario, ["nvidia-smi", "nvlink", "-s"]).stdout.decode()
+    head, gpu5, rest = text.partition("GPU 5:")
+    rest = rest.replace("Link 4: 26.562 GB/s", "Link 4: Unknown Error", 1)
+    findings = run_check("nvlink.links", context({"nvidia_smi_nvlink": result("nvidia_smi_nvlink",
+                                                                              head + gpu5 + rest)}))
+    assert [(f.verdict, f.gpu) for f in findings] == [(Verdict.ERROR, 5)], findings
+    assert "state of link(s) 4 unknown ('Unknown Error')" in findings[0].summary

@@ -152,7 +152,8 @@ class NvidiaRepo(Action):
             current = f"in {matching[0].path}"
         else:
             current = "absent"
-        return Probe(current={item: current}, desired={item: "in /*"}, facts=facts)
+        note = f"NVIDIA's repository {url} already configured {current}: reused" if matching else ""
+        return Probe(current={item: current}, desired={item: "in /*"}, facts=facts, note=note)
 
     def plan(self, ctx: ActionContext, p: Mapping[str, Any], probe: Probe) -> list[Cmd]:
         url = probe.facts["url"]

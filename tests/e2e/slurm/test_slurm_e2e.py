@@ -272,3 +272,22 @@ def test_maintenance_window_end_to_end(slurm: SlurmTestCluster, tmp_path: Path) 
     assert phase["reservation"]["created"] and phase["reservation"]["deleted"]
     assert any("srun step" in note for note in phase["notes"])
     assert not slurm.jobs()
+
+
+def test_node_with_a_slurm_job_gets_busy_for_heavy_checks(slurm: SlurmTestCluster, tmp_path: Path) -> None:
+    submitted = slurm.cmd("sbatch", "-w", "node1", "-o", "/dev/null", "--wrap", "sleep 300")
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.split()[-1]
+    assert slurm.wait_for(lambda: slurm.states().get("node1") in ("mix", "alloc"), 30), slurm.states()
+    path = inventory(tmp_path, vars_="connection: sim")
+    done = validate(slurm, path, tmp_path, "--level", "standard")
+    assert done.returncode == 3, done.stdout + done.stderr
+    nodes = nodes_of(results(tmp_path))
+    heavy = [f for f in nodes["node1"]["findings"] if f["check"] == "dcgm.diag_r2"]
+    assert [(f["verdict"], f["reason"]) for f in heavy] == [("ERROR", "busy")]
+    assert f"Slurm job(s) running: {job} (root)" in heavy[0]["summary"]
+    light = [f["verdict"] for f in nodes["node1"]["findings"] if f["check"] == "gpu.count"]
+    assert light == ["PASS"]  # the quick checks still ran
+    assert [f["verdict"] for f in nodes["node2"]["findings"] if f["check"] == "dcgm.diag_r2"] == ["PASS"]
+    allowed = validate(slurm, path, tmp_path, "--level", "standard", "--allow-busy")
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr

@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
 # Install what the tests need, then run them. Used by the README and by .ci/run.
+#
+# Python: the active virtualenv when there is one ($VIRTUAL_ENV), else the project's own .venv, created here with
+# `python3 -m venv` (PYTHON=/path/to/python3 picks another interpreter). A virtualenv, because a distribution's
+# Python (Debian 12, Ubuntu 24.04: PEP 668) refuses `pip install` into itself. The test extras are installed into
+# it (editable) when the checkout's setup.cfg/pyproject.toml changed since the last install, then pytest runs there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+apt_install() {  # apt_install PACKAGE... (root with apt-get only)
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+can_apt() { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; }
+
 if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null
+  if can_apt; then
+    apt_install openssh-server openssh-client
   else
     echo "tests/run.sh: OpenSSH's sshd is needed for the end-to-end tests (apt-get install openssh-server)" >&2
     exit 2
@@ -12,18 +23,64 @@ if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
 fi
 # sudo: the fault matrix runs the real sudo on the fake nodes (tests/e2e/test_fault_matrix_ssh.py).
 if ! command -v sudo >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sudo >/dev/null
+  if can_apt; then
+    apt_install sudo
   else
     echo "tests/run.sh: sudo is missing (apt-get install sudo): the sudo rows of the fault matrix will skip" >&2
   fi
 fi
 if ! command -v chromium >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  if can_apt; then
+    apt_install chromium
   else
     echo "tests/run.sh: chromium is missing (apt-get install chromium): the browser tests of the report will skip" >&2
   fi
 fi
-python3 -m pip install -q -e '.[test]'
-exec python3 -m pytest "$@"
+# The Slurm tests run a real slurmctld + slurmd cluster on this machine (tests/e2e/slurm, tests/slurm/start-slurm.sh).
+if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmd >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1; then
+  if can_apt; then
+    apt_install --no-install-recommends slurmctld slurmd slurm-client munge
+  else
+    echo "tests/run.sh: Slurm is missing (apt-get install slurmctld slurmd slurm-client munge): the Slurm tests will skip" >&2
+  fi
+fi
+
+# One set-up at a time per checkout (two runs at once must not build .venv together): lock this script's file.
+exec 9<"$0"
+if command -v flock >/dev/null 2>&1; then
+  flock 9
+fi
+
+if [ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ]; then
+  venv="$VIRTUAL_ENV"
+else
+  venv="$PWD/.venv"
+  base="${PYTHON:-python3}"
+  if ! "$venv/bin/python" -c 'import pip' >/dev/null 2>&1; then  # missing, or left half-made by a killed run
+    if ! "$base" -m venv --clear "$venv" >/dev/null 2>&1; then
+      # Debian/Ubuntu ship venv's ensurepip separately: python3-venv (python3.X-venv)
+      if can_apt; then
+        minor="$("$base" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+        apt_install python3-venv || true
+        apt_install "python$minor-venv" 2>/dev/null || true
+      fi
+      "$base" -m venv --clear "$venv" || {
+        echo "tests/run.sh: '$base -m venv' failed: install python3-venv (apt-get install python3-venv)" >&2
+        exit 2
+      }
+    fi
+  fi
+fi
+py="$venv/bin/python"
+# Reinstall only when the package definition changed (an editable install sees code changes by itself).
+stamp="$venv/.nvdeploy-test-install"
+want="$(cat setup.cfg pyproject.toml 2>/dev/null | cksum) $PWD"
+# -I: without the current folder on sys.path, so this sees what helper processes started elsewhere will import
+here='import os, sys, nvdeploy, pytest; sys.exit(os.path.realpath(nvdeploy.__file__) != os.path.realpath(sys.argv[1]))'
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! "$py" -I -c "$here" "$PWD/nvdeploy/__init__.py" >/dev/null 2>&1
+then
+  "$py" -m pip install -q --disable-pip-version-check -e '.[test]'
+  printf '%s\n' "$want" >"$stamp"
+fi
+exec 9<&-
+exec "$py" -m pytest "$@"

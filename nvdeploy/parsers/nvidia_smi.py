@@ -14,7 +14,7 @@ from __future__ import annotations
 import csv
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -344,15 +344,35 @@ _DOCTYPE_RE = re.compile(r"<!DOCTYPE[^\[>]*(?:\[.*?\])?\s*>", re.DOTALL | re.IGN
 _TOP_TAGS = ("driver_version", "cuda_version", "attached_gpus")
 
 
+_ENTITY_DECL_RE = re.compile(r"<!ENTITY", re.IGNORECASE)
+
+
+def _fromstring(text: str) -> ET.Element:
+    """The C parser when the document declares no entity (nvidia-smi's own output: a DOCTYPE naming its external
+    DTD, which ElementTree never fetches, and no internal subset), so there is nothing to expand; defusedxml's
+    pure-Python parser for anything else. The C parser is ~3x faster, and at fleet scale this parse is most of the
+    controller's CPU."""
+    if _ENTITY_DECL_RE.search(text) is None:
+        return ET.fromstring(text)  # noqa: S314 - no entity declaration (checked above)
+    return defused_fromstring(text)
+
+
 def _flatten_xml(element: ET.Element) -> _Tree:
+    # Pre-order over the leaves, first value of a path kept; iterative (a hostile document can nest deeply) with
+    # one iterator per open element instead of a list per node: this runs for every GPU of every node.
     tree: _Tree = {}
-    stack: list[tuple[ET.Element, tuple[str, ...]]] = [(element, ())]
+    keep = tree.setdefault
+    stack: list[tuple[Iterator[ET.Element], tuple[str, ...]]] = [(iter(element), ())]
     while stack:
-        node, path = stack.pop()
-        kids = list(node)
-        if not kids and path:
-            tree.setdefault(path, (node.text or "").strip())
-        stack.extend((k, (*path, str(k.tag).lower())) for k in reversed(kids))
+        kids, path = stack[-1]
+        for kid in kids:
+            kid_path = (*path, str(kid.tag).lower())
+            if len(kid):
+                stack.append((iter(kid), kid_path))
+                break
+            keep(kid_path, (kid.text or "").strip())
+        else:
+            stack.pop()
     return tree
 
 
@@ -384,7 +404,7 @@ def parse_xml(text: str) -> SmiFacts:
     error = ""
     for candidate in (body, _DOCTYPE_RE.sub("", body, count=1)):
         try:
-            root = defused_fromstring(candidate)
+            root = _fromstring(candidate)
             break
         except Exception as exc:  # noqa: BLE001 - ParseError, ValueError, RecursionError: all mean unreadable
             error = f"{type(exc).__name__}: {exc}"

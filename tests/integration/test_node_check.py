@@ -1,0 +1,63 @@
+"""``nvdeploy node-check`` on this machine with the simulated NVIDIA tools first on PATH: one line, the exit
+status, the drain reason text; no Slurm needed (the Slurm side is in tests/e2e/slurm)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.sim.fake_tool import install_fake_tools
+from nvdeploy.sim.scenario import NodeScenario
+
+
+@pytest.fixture
+def node(tmp_path: Path):
+    install_fake_tools(tmp_path / "bin")
+    (tmp_path / "lock").mkdir()
+
+    def check(*faults: str, args: tuple = ()) -> subprocess.CompletedProcess:
+        scenario = tmp_path / "scenario.json"
+        scenario.write_text(NodeScenario("gpu7", ProfileCatalog().get("h100-sxm-8x"), faults).to_json())
+        env = dict(os.environ, PATH=f"{tmp_path}/bin:/usr/bin:/bin", NVD_SCENARIO_FILE=str(scenario),
+                   NVDEPLOY_LOCK_DIR=str(tmp_path / "lock"), SLURM_CONF=str(tmp_path / "no-slurm.conf"))
+        env.pop("SLURMD_NODENAME", None)
+        return subprocess.run([sys.executable, "-m", "nvdeploy", "node-check", "--profile", "h100-sxm-8x",
+                               "--node", "gpu7", "--timeout", "30", *args], env=env, capture_output=True, text=True,
+                              timeout=120)
+
+    return check
+
+
+def test_healthy_node_one_line_exit_0(node) -> None:
+    done = node()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(done.stdout.splitlines()) == 1 and done.stdout.startswith("nvdeploy node-check gpu7: PASS (")
+
+
+def test_failed_node_names_the_checks_exit_1(node) -> None:
+    done = node("gpu_missing", "xid79")
+    assert done.returncode == 1
+    assert done.stdout.startswith("nvdeploy node-check gpu7: FAIL gpu.count 7/8, gpu.pci_visible 8/7, kmsg.xid ")
+
+
+def test_hung_tool_is_error_exit_3_not_a_hung_health_check(node) -> None:
+    done = node("hang", args=("--timeout", "2"))
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert ": ERROR " in done.stdout and "timeout" in done.stdout
+
+
+def test_drain_without_a_reachable_slurm_keeps_the_verdict_and_says_so(node) -> None:
+    done = node("gpu_missing", args=("--drain", "--slurm-timeout", "5"))
+    assert done.returncode == 1
+    assert "; slurm: " in done.stdout
+
+
+def test_profile_required(node, monkeypatch) -> None:
+    done = subprocess.run([sys.executable, "-m", "nvdeploy", "node-check"], capture_output=True, text=True,
+                          timeout=60, env={k: v for k, v in os.environ.items() if k != "NVDEPLOY_PROFILE"})
+    assert done.returncode == 2 and "--profile or $NVDEPLOY_PROFILE is required" in done.stderr

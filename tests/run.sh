@@ -46,7 +46,7 @@ if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmd >/dev/null 2>&1
 fi
 
 # One set-up at a time per checkout (two runs at once must not build .venv together): lock this script's file.
-exec 9<"$0"
+exec 9<tests/run.sh
 if command -v flock >/dev/null 2>&1; then
   flock 9
 fi

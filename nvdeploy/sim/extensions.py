@@ -14,3 +14,6 @@ from nvdeploy.sim import state, systools  # noqa: E402,F401  isort: skip
 
 # mpirun across the simulated cluster (multi-node nccl-tests).
 from nvdeploy.sim import mpi_tool  # noqa: E402,F401  isort: skip
+
+# The GPU stack around the driver (issue 12): CUDA toolkits (find), MPS control.
+from nvdeploy.sim import stack_tools  # noqa: E402,F401  isort: skip

@@ -29,12 +29,16 @@ FAKE_TOOLS = ("nvidia-smi", "lspci", "dmesg", "journalctl", "dcgmi", "ibstat", "
               "sudo", "apt-get", "dpkg-query", "dpkg", "dnf", "rpm", "curl", "modprobe", "mokutil", "cpupower",
               "reboot", "uname", "cat",
               # install (nvdeploy/sim/pkgtools.py)
-              "nvidia-ctk", "dracut", "update-initramfs", "grep")
+              "nvidia-ctk", "dracut", "update-initramfs", "grep",
+              # the GPU stack around the driver (nvdeploy/sim/stack_tools.py)
+              "find", "nvidia-cuda-mps-control")
 # Tools simulated only for some first arguments (a shell ``case`` pattern); every other call runs the real program,
 # which the batch script itself needs (``cat`` of its own temp files). name -> (pattern, real program).
 PARTIAL_TOOLS = {"cat": ("/etc/os-release|/proc/sys/kernel/random/boot_id|*nvdeploy*|/etc/modprobe.d/*|/etc/cdi/*"
                          "|/etc/docker/*|/etc/containerd/*", "/bin/cat"),
-                 "grep": ("-rsH", "/bin/grep")}
+                 "grep": ("-rsH", "/bin/grep"),
+                 # only the cuda_toolkits collector's listing; the test machine's own /usr/local must not leak in
+                 "find": ("/usr/local", "/usr/bin/find")}
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the nvdeploy package
 
 

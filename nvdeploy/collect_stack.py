@@ -1,0 +1,65 @@
+"""Collectors of the GPU software stack around the driver (issue 12): installed CUDA toolkits and the MPS control
+daemon. Both are light (seconds) and ride in the node's one batched round trip, each under its own timeout.
+
+- ``cuda_toolkits``: one ``find /usr/local -maxdepth 3`` that prints a marker line and the contents of every
+  ``/usr/local/cuda*/version.json`` (``version.txt`` before CUDA 11.1), and a marker for every forward-compatibility
+  library ``/usr/local/cuda*/compat/libcuda.so.*`` (the ``cuda-compat-<major>-<minor>`` package). No shell: the
+  patterns are find's own, quoted word by word. Each toolkit folder is listed too (``== /usr/local/cuda-13.0/``),
+  so a folder without a version file (a pip or conda layout) is not missed. GNU find (``-printf``). Timeout 20 s
+  (a hung NFS /usr/local is ERROR timeout, never PASS).
+- ``mps_control``: ``echo get_server_list | nvidia-cuda-mps-control`` through ``sh -c`` (the control client reads
+  its commands from stdin), with ``CUDA_MPS_PIPE_DIRECTORY`` / ``CUDA_MPS_LOG_DIRECTORY`` set from the host vars
+  ``mps_pipe_dir`` / ``mps_log_dir`` (defaults /tmp/nvidia-mps, /var/log/nvidia-mps, the daemon's own). The values
+  travel as positional arguments, never spliced into the script. Timeout 20 s.
+
+Importing this module registers them (the check modules import it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from nvdeploy.collect import COLLECTORS, Collector, register_collector
+
+CUDA_TOOLKITS = "cuda_toolkits"
+MPS_CONTROL = "mps_control"
+MARKER_FORMAT = "\\n== %p\\n"  # find -printf: a newline first, so a file without a final newline cannot hide it
+CUDA_FIND_ARGV = (
+    "find", "/usr/local", "-maxdepth", "3",
+    "(", "-path", "/usr/local/cuda*/version.json", "-o", "-path", "/usr/local/cuda*/version.txt", ")",
+    "-printf", MARKER_FORMAT, "-exec", "cat", "{}", ";",
+    "-o", "-path", "/usr/local/cuda*/compat/libcuda.so.*", "-printf", MARKER_FORMAT,
+    # Every toolkit folder itself (a trailing slash marks it): one without a version file is still seen.
+    "-o", "-regex", "/usr/local/cuda[^/]*", "-type", "d", "-printf", "\\n== %p/\\n",
+)
+MPS_PIPE_DEFAULT = "/tmp/nvidia-mps"
+MPS_LOG_DEFAULT = "/var/log/nvidia-mps"
+# $0 names the helper (the simulator recognises it); $1/$2 are the pipe and log folders.
+MPS_SCRIPT = ('CUDA_MPS_PIPE_DIRECTORY="$1" CUDA_MPS_LOG_DIRECTORY="$2"; '
+              'export CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY; '
+              'echo get_server_list | nvidia-cuda-mps-control')
+MPS_HELPER = "nvdeploy-mps"
+
+
+def mps_dirs(host_vars: Mapping[str, Any]) -> tuple[str, str]:
+    """(pipe folder, log folder) the control daemon of this host uses."""
+    return (str(host_vars.get("mps_pipe_dir") or MPS_PIPE_DEFAULT),
+            str(host_vars.get("mps_log_dir") or MPS_LOG_DEFAULT))
+
+
+def build_mps(host_vars: Mapping[str, Any], profile: Any) -> tuple[str, ...]:
+    pipe, log = mps_dirs(host_vars)
+    return ("sh", "-c", MPS_SCRIPT, MPS_HELPER, pipe, log)
+
+
+def _register(collector: Collector) -> Collector:
+    existing = COLLECTORS.get(collector.name)
+    return existing if existing is not None else register_collector(collector)
+
+
+CUDA = _register(Collector(
+    CUDA_TOOLKITS, CUDA_FIND_ARGV, 20.0,
+    description="CUDA toolkits under /usr/local (version.json) and forward-compatibility libcuda (cuda-compat)"))
+MPS = _register(Collector(
+    MPS_CONTROL, build_mps({}, None), 20.0, build=build_mps,
+    description="the CUDA MPS control daemon answers get_server_list"))

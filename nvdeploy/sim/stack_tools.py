@@ -1,0 +1,120 @@
+"""Simulated GPU-stack tools of issue 12: the CUDA toolkit listing (``find /usr/local ...``) and the MPS control
+client (``nvidia-cuda-mps-control``), with their faults.
+
+- ``find``: answers only the ``cuda_toolkits`` collector's command line (nvdeploy/collect_stack.py) with the
+  bytes GNU find prints for it: a marker line per match, each ``version.json`` in NVIDIA's layout. On fake SSH
+  nodes it is a partial tool (only ``find /usr/local ...``; every other find runs the real one). The node's
+  toolkits: with stateful nodes (nvdeploy/sim/state.py) one per ``cuda-toolkit-X-Y`` package at its version;
+  otherwise one ``/usr/local/cuda-X.Y`` whose version is the driver's CUDA version, GA (``X.Y.0``), so a healthy
+  node's toolkit always suits its driver.
+- ``nvidia-cuda-mps-control``: with a running daemon (``mps_running``) it answers ``get_server_list`` with nothing
+  (no server started yet) and exit 0, as the real one; otherwise it prints ``Cannot find MPS control daemon
+  process`` and exits 1. The ``sh -c SCRIPT nvdeploy-mps PIPE LOG`` helper of the collector is answered by a
+  hook in-process; over SSH the real sh runs it and this tool answers.
+
+Faults: ``cuda_toolkit:<X.Y.Z>`` (one more toolkit, /usr/local/cuda-X.Y), ``cuda_compat:<X.Y>`` (the cuda-compat
+package in /usr/local/cuda-X.Y/compat, its libcuda at the strictest minimum driver of X.Y in checks/cuda_compat.yaml),
+``cuda_none`` (no toolkit), ``mps_running`` (the control daemon runs), ``mps_missing`` (the control tool is not
+installed: exit 127).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Optional
+
+from nvdeploy.collect_stack import CUDA_FIND_ARGV, MPS_HELPER, MPS_SCRIPT
+from nvdeploy.sim.scenario import NodeScenario, node_facts, register_fault
+from nvdeploy.sim.tools import TOOL_HOOKS, ToolOutput, register_tool
+
+register_fault("cuda_toolkit", "one more CUDA toolkit, /usr/local/cuda-X.Y with version.json X.Y.Z",
+               pattern=r"cuda_toolkit:\d+\.\d+\.\d+")
+register_fault("cuda_compat", "the cuda-compat forward-compatibility package in /usr/local/cuda-X.Y/compat",
+               pattern=r"cuda_compat:\d+\.\d+")
+register_fault("cuda_none", "no CUDA toolkit under /usr/local")
+register_fault("mps_running", "the CUDA MPS control daemon runs (get_server_list answers)")
+register_fault("mps_missing", "nvidia-cuda-mps-control is not installed (exit 127)")
+
+NO_DAEMON = "Cannot find MPS control daemon process\n"
+
+
+def toolkits(scenario: NodeScenario) -> list[tuple[str, str]]:
+    """(folder, version) of the node's toolkits."""
+    found: dict[str, str] = {}
+    if not scenario.has("cuda_none"):
+        from nvdeploy.sim import state as st
+
+        if st.involved(scenario):
+            for name, version in st.current(scenario).packages.items():
+                if name.startswith("cuda-toolkit-") and name.count("-") == 3:
+                    major, minor = name.split("-")[2:4]
+                    found[f"/usr/local/cuda-{major}.{minor}"] = version.split("-")[0].split(":")[-1]
+        else:
+            cuda = node_facts(scenario).cuda_version
+            if cuda:
+                found[f"/usr/local/cuda-{cuda}"] = f"{cuda}.0"
+    for fault in scenario.faults:
+        if fault.startswith("cuda_toolkit:"):
+            version = fault.split(":", 1)[1]
+            found[f"/usr/local/cuda-{version.rsplit('.', 1)[0]}"] = version
+    return sorted(found.items())
+
+
+def compat_driver(major_minor: str) -> str:
+    from nvdeploy.checks.common import version_tuple
+    from nvdeploy.checks.cuda import compat_table
+
+    rows = [d for key, d in compat_table().toolkits.items() if ".".join(map(str, key[:2])) == major_minor]
+    return max(rows, key=version_tuple) if rows else "580.95.05"
+
+
+def version_json(version: str) -> str:
+    """version.json as CUDA 12.x packages install it (3-space indent, one entry per component; shortened)."""
+    base = version.rsplit(".", 1)[0]
+    entries = [("cuda", "CUDA SDK", version), ("cuda_cudart", "CUDA Runtime (cudart)", f"{base}.127"),
+               ("cuda_nvcc", "CUDA NVCC", f"{base}.131")]
+    body = ",\n".join(f'   "{key}" : {{\n      "name" : "{name}",\n      "version" : "{value}"\n   }}'
+                      for key, name, value in entries)
+    return "{\n" + body + "\n}\n"
+
+
+def find_output(scenario: NodeScenario) -> str:
+    """What the collector's find prints: each folder (pre-order, as find walks), its version.json, its compat."""
+    folders: dict[str, list[str]] = {folder: [f"\n== {folder}/version.json\n{version_json(version)}"]
+                                     for folder, version in toolkits(scenario)}
+    for fault in scenario.faults:
+        if fault.startswith("cuda_compat:"):
+            major_minor = fault.split(":", 1)[1]
+            compat = f"/usr/local/cuda-{major_minor}/compat"
+            folders.setdefault(f"/usr/local/cuda-{major_minor}", []).extend(
+                [f"\n== {compat}/libcuda.so.1\n", f"\n== {compat}/libcuda.so.{compat_driver(major_minor)}\n"])
+    return "".join(f"\n== {folder}/\n" + "".join(entries) for folder, entries in sorted(folders.items()))
+
+
+@register_tool("find")
+def _find(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
+    if tuple(args) != CUDA_FIND_ARGV[1:]:
+        return ToolOutput(b"", b"find: only the cuda_toolkits command line is simulated\n", 2)
+    return ToolOutput(find_output(scenario).encode())
+
+
+@register_tool("nvidia-cuda-mps-control")
+def _mps_control(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
+    if scenario.has("mps_missing"):
+        return ToolOutput(b"", b"sh: 1: nvidia-cuda-mps-control: not found\n", 127)
+    if args:
+        return ToolOutput(b"", b"nvidia-cuda-mps-control: only the client mode (no -d) is simulated\n", 2)
+    if not scenario.has("mps_running"):
+        return ToolOutput(NO_DAEMON.encode(), rc=1)
+    return ToolOutput(b"")
+
+
+def _hook(scenario: NodeScenario, argv: Sequence[str]) -> Optional[ToolOutput]:
+    args = list(argv)
+    if len(args) >= 4 and os.path.basename(args[0]) == "sh" and args[1:4] == ["-c", MPS_SCRIPT, MPS_HELPER]:
+        return _mps_control(scenario, [])
+    return None
+
+
+TOOL_HOOKS.append(_hook)

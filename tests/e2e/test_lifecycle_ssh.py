@@ -142,6 +142,13 @@ def _assert_clean(node: FakeNode, dirs: set[str]) -> float:
     return at
 
 
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text()
+    except OSError:
+        return ""
+
+
 def _in_process(cluster: SshCluster, folder: Path, names: list[str], options: EngineOptions, **host_vars):
     inventory = load_inventory(_inventory(cluster, folder, names, **host_vars), CATALOG)
     return run_validate(inventory, CATALOG, options, folder / "reports")
@@ -226,7 +233,7 @@ def test_connection_drop_leaves_nothing(cluster, tmp_path):
     worker.start()
     dirs = _running_stubborn(node)
     # Only sshd's session processes die (as when the network or sshd goes): the commands are left to themselves.
-    sshd = [pid for pid in cluster.session_pids("drop") if Path(f"/proc/{pid}/comm").read_text().startswith("sshd")]
+    sshd = [pid for pid in cluster.session_pids("drop") if _comm(pid).startswith("sshd")]
     assert sshd
     dropped = time.monotonic()
     for pid in sshd:
@@ -301,7 +308,7 @@ def test_wrong_sudo_password_is_tried_once_per_run(cluster, tmp_path):
     env = {**os.environ, "NVDEPLOY_SUDO_PASSWORD": "wrong-password"}
     run = run_nvdeploy(["validate", "-i", str(inventory), "--out", str(tmp_path / "reports"), "--forks", "1"],
                        env=env, cwd=tmp_path, timeout=150)
-    assert run.rc == 3, run.stdout + run.stderr
+    assert run.rc in (1, 3) and "Traceback" not in run.stderr, run.stdout + run.stderr  # not READY: sudo is ERROR
     calls = {n: (cluster.node(n).home / "sudo.calls").read_text().splitlines()
              if (cluster.node(n).home / "sudo.calls").exists() else [] for n in ("pw1", "pw2")}
     with_password = {n: [c for c in lines if c.startswith("-S ")] for n, lines in calls.items()}

@@ -320,6 +320,10 @@ def test_wrong_sudo_password_is_tried_once_per_run(cluster, tmp_path):
     nodes = {n["name"]: n for n in data["nodes"]}
     sudo_first = next(f for f in nodes[tried[0]]["findings"] if f["check"] == "system.sudo")
     assert "refused the password" in sudo_first["summary"], sudo_first
+    # sudo's own count of PAM failures for that one invocation, kept as the sudo collector's stderr evidence
+    run_dir = next((tmp_path / "reports").glob("*/*/results.json")).parent
+    sudo_err = next(e for e in nodes[tried[0]]["evidence"] if e["collector"] == "sudo")["path"]
+    assert b"sudo: 1 incorrect password attempt" in (run_dir / sudo_err).with_suffix(".err").read_bytes()
     sudo_other = next(f for f in nodes[other]["findings"] if f["check"] == "system.sudo")
     assert (sudo_other["verdict"], sudo_other["reason"]) == ("ERROR", "sudo")
     assert f"password rejected on {tried[0]}; not tried here" in sudo_other["summary"], sudo_other

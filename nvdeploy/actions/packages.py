@@ -287,7 +287,8 @@ class DriverInstall(Action):
             else:
                 cmds.append(install_cmd(ctx, [names["driver"]], timeout))
         if "fabricmanager" in names and f"package {names['fabricmanager']}" in differing:
-            version = probe.facts["driver"] or f"{p['branch']}.*"
+            # Without a driver yet, the version is known once it is installed (apply pins it then).
+            version = probe.facts["driver"] or "DRIVER_VERSION"
             cmds.append(install_cmd(ctx, [fabricmanager_spec(ctx.os_family(), names["fabricmanager"], version)],
                                     timeout))
         if "loaded driver" in differing and not ctx.facts.get("reboot_required"):

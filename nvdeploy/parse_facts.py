@@ -78,6 +78,14 @@ def summary_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
     kmsg = facts.get("kmsg")
     if kmsg is not None:
         out["xid_counts"] = dict(kmsg.xid_counts)
+        if kmsg.sxid_events:  # only where there are any: results of nodes without NVSwitch events stay as they were
+            sxids: dict[str, int] = {}
+            for event in kmsg.sxid_events:
+                sxids[str(event.sxid)] = sxids.get(str(event.sxid), 0) + 1
+            out["sxid_counts"] = sxids
+    lost = [g.index for g in (smi.gpus if smi is not None else ()) if g.lost]
+    if lost:
+        out["gpus_lost"] = lost
     lspci = facts.get("lspci")
     if lspci is not None:
         out["pci_gpu_count"] = len(lspci.gpus)

@@ -51,6 +51,8 @@ def test_each_new_fault_on_its_node_only(tmp_path):
     saved = json.loads((outcome.run_dir / "results.json").read_text())
     fatal = next(n for n in saved["nodes"] if n["name"] == "fatal")
     assert any(f["check"] == "kmsg.sxid" and f["verdict"] == "FAIL" for f in fatal["findings"])
+    assert fatal["facts"]["sxid_counts"] == {"20034": 1}
+    assert next(n for n in saved["nodes"] if n["name"] == "lost")["facts"]["gpus_lost"] == [LOST_GPU]
 
 
 def test_sxid_check_skips_on_a_pcie_sku(tmp_path):

@@ -59,6 +59,8 @@ SUDO_CHECK_TIMEOUT_S = 20
 DEFAULT_LOCK_DIR = "/tmp/nvdeploy.lock"
 # What sudo says (LC_ALL=C) when it did not accept the password.
 _REJECTED = (b"incorrect password", b"Sorry, try again", b"Authentication failure", b"authentication failure")
+# What it says when the password was right but sudoers does not let the user run the command.
+_POLICY = (b"is not in the sudoers file", b"is not allowed to execute", b"is not allowed to run sudo")
 
 # Shell functions of the script. Names start with nvd_ so a tool's environment cannot collide with them.
 _PRELUDE = r"""
@@ -282,13 +284,18 @@ def sudo_outcome(raw: bytes) -> Optional[tuple[int, bytes]]:
 
 
 def password_rejected(rc: int, err: bytes) -> Optional[bool]:
-    """True: sudo refused the password. False: it did not (rc 0, or sudo failed for another reason, such as a
-    user without sudo rights, after the password was accepted). None: no answer (the check timed out)."""
+    """True: sudo refused the password. False: it accepted it (rc 0, or a sudoers refusal, which sudo gives only
+    after the password was checked). None: no answer about the password (timed out, sudo missing, anything else):
+    the run's gate then lets the next node try, rather than send the password everywhere at once."""
     if rc == 0:
         return False
     if rc in TIMEOUT_RCS:
         return None
-    return any(word in err for word in _REJECTED)
+    if any(word in err for word in _REJECTED):
+        return True
+    if any(word in err for word in _POLICY):
+        return False
+    return None
 
 
 def _sudo_detail(rc: int, err: bytes) -> str:

@@ -147,7 +147,8 @@ def test_sudo_not_run_frames_and_the_early_password_check():
            + b"__NVD_CMD 1 rc=0 out=3/3 err=0/0__\nabc__NVD_BATCH_END__\n")
     assert batch.sudo_outcome(raw) == (1, err + fake_header)
     assert batch.password_rejected(1, err) is True
-    assert batch.password_rejected(1, b"sudo: a terminal is required\n") is False
+    assert batch.password_rejected(1, b"ops is not in the sudoers file.  This incident will be reported.\n") is False
+    assert batch.password_rejected(127, b"sh: 1: sudo: not found\n") is None  # no answer: the next node tries
     assert batch.password_rejected(124, b"") is None
     kmsg, lspci = batch.parse_output(specs, raw, 0.1)
     assert (kmsg.rc, kmsg.error) == (None, ErrorReason.SUDO)

@@ -174,18 +174,22 @@ def _install_sigterm() -> None:
 @click.option("--allow-busy", is_flag=True, help="Run the heavy tests (standard/full) even on nodes where GPU compute "
               "processes run; without it those tests are ERROR busy there, naming the processes.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the verdict and the report path.")
+@click.option("--progress", "progress_s", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Print a plain progress line to stderr every SECONDS (logs, pipes); 0: none. Default: one live "
+              "status line on a terminal, nothing in a pipe or with -q.")
 @slurm_options
 def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Optional[str], forks: int,
              deadline: Optional[float], out_base: Path, fail_on_warn: bool, level: str, connect_timeout: float,
              accept_new_host_keys: bool, ask_sudo_pass: bool, baseline: Optional[Path],
              prometheus_file: Optional[Path], nccl_pattern: str, no_history: bool, quiet: bool,
-             allow_busy: bool = False, slurm: Any = None) -> None:
+             progress_s: Optional[float] = None, allow_busy: bool = False, slurm: Any = None) -> None:
     """Validate every node of INVENTORY and write results.json, report.html and junit.xml.
 
     Exit 0 READY, 1 NOT_READY, 2 bad input, 3 INCOMPLETE (some node could not be checked), 130 interrupted.
     """
     from nvdeploy.levels import load_levels
     from nvdeploy.phases.validate import resume_validate
+    from nvdeploy.progress import progress_for
 
     if resume_dir is not None and inventory is None:
         inventory = _inventory_of_run(resume_dir)
@@ -202,7 +206,8 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
         password = click.prompt("sudo password", hide_input=True, err=True)
     options = EngineOptions(forks=forks, deadline_s=deadline, connect_timeout_s=connect_timeout,
                             accept_new_host_keys=accept_new_host_keys, sudo_password=password, checks=checks,
-                            multinode_pattern=nccl_pattern, allow_busy=allow_busy)
+                            multinode_pattern=nccl_pattern, allow_busy=allow_busy,
+                            progress=progress_for(sys.stderr, quiet, progress_s))
     _install_sigterm()
     if not quiet:
         click.echo(f"nvdeploy {__version__}: validating {len(inv.hosts)} node(s) of {inv.cluster} "

@@ -29,6 +29,7 @@ from nvdeploy.collect import light_specs, specs_for
 from nvdeploy.inventory import Host
 from nvdeploy.parse_facts import node_facts, summary_facts
 from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.progress import RunProgress
 from nvdeploy.record import OutputError, RunRecorder
 from nvdeploy.results import CommandResult, ErrorReason, Finding, NodeResult, Remediation, Verdict
 from nvdeploy.transport.base import CommandSpec, Transport, TransportError
@@ -55,6 +56,8 @@ class EngineOptions:
     # One sudo gate per run (transport/sudo_gate.py), shared by every transport made from these options: the
     # password is tried on one node first, and never again anywhere once a node rejected it.
     sudo_gate: Optional[SudoGate] = field(default=None, compare=False)
+    # The run's progress counters (nvdeploy/progress.py), bumped once per node event; None: no progress work.
+    progress: Optional[RunProgress] = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.sudo_gate is None and self.sudo_password:
@@ -142,6 +145,19 @@ class NodeRunner:
             transport.close()
 
     def run(self, host: Host) -> NodeResult:
+        progress = self.options.progress
+        if progress is None:
+            return self._guarded(host)
+        progress.node_started(host.name)
+        node = self._guarded(host)
+        progress.node_finished(host.name, node.verdict.value)
+        return node
+
+    def _doing(self, name: str, step: str) -> None:
+        if self.options.progress is not None:
+            self.options.progress.doing(name, step)
+
+    def _guarded(self, host: Host) -> NodeResult:
         started = time.monotonic()
         try:
             return self._run(host, started)
@@ -154,8 +170,8 @@ class NodeRunner:
     def _remaining(self) -> Optional[float]:
         return None if self.deadline_at is None else self.deadline_at - time.monotonic()
 
-    def _run_heavy(self, transport: Transport, heavy: Sequence[CommandSpec],
-                   results: list[CommandResult]) -> tuple[list[CommandResult], dict[str, HeavySkip]]:
+    def _run_heavy(self, transport: Transport, heavy: Sequence[CommandSpec], results: list[CommandResult],
+                   node: str = "") -> tuple[list[CommandResult], dict[str, HeavySkip]]:
         """Run the heavy collectors one by one after the light batch, unless the light batch says the node cannot
         take them (checks/heavy_gate.py) or the deadline passed; returns the results and what was skipped, why."""
         skipped: dict[str, HeavySkip] = {}
@@ -173,6 +189,7 @@ class NodeRunner:
             if skip is not None:
                 skipped[spec.name] = skip
                 continue
+            self._doing(node, spec.name)
             try:
                 results = results + transport.run_batch(_capped([spec], remaining), remaining)
             except TransportError as exc:  # the connection dropped mid-test: that check is ERROR, not the run
@@ -206,6 +223,7 @@ class NodeRunner:
             if heavy:
                 needed += [c for c in GUARD_COLLECTORS if c not in needed]
             remaining = self._remaining()
+            self._doing(host.name, "light batch")
             try:
                 results = transport.run_batch(_capped(light_specs(host.vars, needed, profile), remaining), remaining)
             except TransportError as exc:
@@ -219,7 +237,7 @@ class NodeRunner:
                                reason=ErrorReason.BUSY, remediation=Remediation.INVESTIGATE)
                 return NodeResult(host.name, (reach, busy), address=host.address, profile=profile.stamp,
                                   connection=host.connection, duration_s=time.monotonic() - started)
-            results, skipped = self._run_heavy(transport, heavy, results)
+            results, skipped = self._run_heavy(transport, heavy, results, host.name)
         finally:
             transport.close()
             with self._lock:

@@ -95,12 +95,18 @@ def _execute(header: dict, todo: list[Host], kept: list[NodeResult], recorder: R
             progress(node)
 
     extra_cluster: list[Finding] = []
+    if options.progress is not None:
+        options.progress.begin(len(todo))
     try:
         results, interrupt = run_hosts(todo, runner, options.forks, on_result)
         nodes = kept + list(results.values())
         if MULTINODE_CHECK in options.checks and interrupt is None:
+            if options.progress is not None:
+                options.progress.stage("cluster stage: multi-node nccl-tests")
             nodes, extra_cluster = _cluster_stage(nodes, all_hosts, catalog, options, recorder, deadline_at)
     finally:
+        if options.progress is not None:
+            options.progress.end()  # the status line is gone before anything else is printed
         recorder.close()
     run = finish_run(header, nodes, list(header.get("hosts", [])), interrupt is not None,
                      time.monotonic() - started, fail_on_warn)

@@ -51,6 +51,7 @@ OPEN_SECTIONS = 25  # node sections shown unfolded when there are at most this m
 VALUE_LIMIT = 160  # characters of an observed/expected value shown in a table cell
 ORDER = ("FAIL", "ERROR", "WARN", "PASS", "SKIP")
 WRITE_CHUNK = 1 << 16  # characters of rendered page gathered per write
+FOLD_NODES_OVER = 1000  # beyond this many nodes, the "All nodes" table folds the nodes that need no action
 
 
 def report_script() -> str:
@@ -134,15 +135,40 @@ def _gpus(node: NodeResult) -> str:
     return f"{count if count is not None else '?'} \u00d7 {model}" if model else str(count)
 
 
-def _all_nodes(run: RunResult) -> list[dict[str, Any]]:
-    out = []
+def _all_nodes(run: RunResult) -> tuple[list[dict[str, Any]], list[list[int]]]:
+    """(rows, groups) of the "All nodes" table. Up to FOLD_NODES_OVER nodes, one row per node. Beyond, a row per
+    node that needs action, and the others folded into one host-range row per identical (verdict, driver, CUDA,
+    GPUs, profile), so a 10,000-node fleet is a table of tens of rows, not 10,000; ``groups`` holds the node
+    indexes of each folded row, for the page's search."""
+    fold_ok = len(run.nodes) > FOLD_NODES_OVER
+    out: list[dict[str, Any]] = []
+    folded: dict[tuple[str, ...], dict[str, Any]] = {}
     for index, node in enumerate(run.nodes):
         verdict = node.verdict
-        bad = sorted({f.check for f in node.findings if f.verdict in NEEDS_ACTION})
-        out.append({"index": index, "node": node, "verdict": verdict.value, "action": verdict in NEEDS_ACTION,
-                    "bad": ", ".join(bad), "driver": _value(node.facts.get("driver_version")),
-                    "cuda": _value(node.facts.get("cuda_version")), "gpus": _value(_gpus(node))})
-    return out
+        action = verdict in NEEDS_ACTION
+        row = {"index": index, "node": node, "verdict": verdict.value, "action": action,
+               "driver": _value(node.facts.get("driver_version")), "cuda": _value(node.facts.get("cuda_version")),
+               "gpus": _value(_gpus(node))}
+        if action or not fold_ok:
+            row["bad"] = ", ".join(sorted({f.check for f in node.findings if f.verdict in NEEDS_ACTION}))
+            out.append(row)
+            continue
+        key = (row["verdict"], row["driver"], row["cuda"], row["gpus"], node.profile)
+        group = folded.get(key)
+        if group is None:
+            group = folded[key] = {**row, "bad": "", "group": len(folded), "indexes": [], "names": [],
+                                   "low": node.duration_s, "high": node.duration_s}
+            out.append(group)
+        group["indexes"].append(index)
+        group["names"].append(node.name)
+        group["low"] = min(group["low"], node.duration_s)
+        group["high"] = max(group["high"], node.duration_s)
+    groups = []
+    for row in out:
+        if "group" in row:
+            row["hosts"] = fold(row.pop("names"))
+            groups.append(row["indexes"])
+    return out, groups
 
 
 def _when(timestamp: str) -> str:
@@ -222,13 +248,14 @@ def write_html(run: RunResult, out: IO[bytes], diff: Optional[RunDiff] = None, r
         diff_groups = {"new_failures": group_changes(diff.new_failures),
                        "new_warnings": group_changes(diff.new_warnings),
                        "fixed_checks": group_changes(diff.fixed_checks), "drift": group_drift(diff.drift)}
-    data = {"nodes": [n.name for n in run.nodes], "rows": [r["indexes"] for r in rows]}
+    all_nodes, groups = _all_nodes(run)
+    data = {"nodes": [n.name for n in run.nodes], "rows": [r["indexes"] for r in rows], "groups": groups}
     chunks = _ENV.get_template("report.html.j2").generate(
         run=run, verdict=verdict, verdict_text=verdict.replace("_", " "), why=why(run), counts=run.counts(),
         order=ORDER, meta=_meta(run), steps=steps, action_text=action_text(run, steps), checks=checks, rows=rows,
         cell_text=CELL_TEXT, cluster_findings=list(run.cluster_findings), sizing_rows=_sizing_rows(run),
         diff=diff, diff_groups=diff_groups, charts=bandwidth_charts(run), low_pct=LOW_PCT, sections=sections,
-        excerpts_dropped=dropped, all_nodes=_all_nodes(run), data=data, script=Markup(script),  # noqa: S704
+        excerpts_dropped=dropped, all_nodes=all_nodes, data=data, script=Markup(script),  # noqa: S704
         csp=Markup(content_security_policy(script)),  # noqa: S704 - our constant: quotes must stay quotes
         rendered_at=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
     pending: list[str] = []

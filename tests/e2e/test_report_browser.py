@@ -312,3 +312,30 @@ def test_two_thousand_node_report_loads_and_filters_quickly(browser, tmp_path):
         return [performance.now() - t, shown.length]; })()""")
     print(f"\n2,000-node report: loaded in {load_s:.2f} s, filter applied in {timing[0]:.0f} ms")
     assert load_s < 20 and timing[0] < 2000 and timing[1] == 80
+
+
+def test_ten_thousand_node_report_is_small_and_every_node_findable(browser, tmp_path):
+    nodes = []
+    for i in range(1, 10_001):
+        name = f"gpu{i:05d}"
+        findings = [Finding(f"check.{c}", Verdict.PASS, "fine", node=name) for c in range(15)]
+        if i % 100 == 0:
+            findings.append(Finding("memory.ecc_errors", Verdict.FAIL, "2 uncorrectable ECC errors", node=name,
+                                    remediation=Remediation.RESET_GPU))
+        nodes.append(NodeResult(name, tuple(findings), facts={"driver_version": "550.90.07"}))
+    write_reports(RunResult("big", "fleet", "validate", tuple(nodes)), tmp_path)
+    size = (tmp_path / "report.html").stat().st_size
+    assert size < 2_000_000  # passing nodes fold into host ranges; the 100 failing ones keep their rows
+    started = time.monotonic()
+    page = browser.open(tmp_path / "report.html")
+    load_s = time.monotonic() - started
+    assert len(page.visible("#nodes-table tbody tr")) == 101  # 100 failing nodes and one folded range
+    page.type("#search", "gpu04242")  # a passing node inside the folded range is still found
+    shown = page.visible("#nodes-table tbody tr")
+    assert len(shown) == 1 and "gpu[00001-00099" in shown[0] and "gpu04242" in shown[0]
+    page.eval("document.getElementById('search').value = ''; document.getElementById('search')"
+              ".dispatchEvent(new Event('input'))")
+    page.click("#only-action")
+    assert len(page.visible("#nodes-table tbody tr")) == 100
+    print(f"\n10,000-node report: {size / 1e6:.2f} MB, loaded in {load_s:.2f} s")
+    assert load_s < 30

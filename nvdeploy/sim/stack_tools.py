@@ -13,7 +13,7 @@ client (``nvidia-cuda-mps-control``), with their faults.
   hook in-process; over SSH the real sh runs it and this tool answers.
 
 Faults: ``cuda_toolkit:<X.Y.Z>`` (one more toolkit, /usr/local/cuda-X.Y), ``cuda_compat:<X.Y>`` (the cuda-compat
-package in /usr/local/cuda-X.Y/compat, its libcuda at the strictest minimum driver of X.Y in checks/cuda_compat.yaml),
+package in /usr/local/cuda-X.Y/compat, its libcuda of the latest X.Y release, ``COMPAT_LIBCUDA``),
 ``cuda_none`` (no toolkit), ``mps_running`` (the control daemon runs), ``mps_missing`` (the control tool is not
 installed: exit 127).
 """
@@ -24,9 +24,9 @@ import os
 from collections.abc import Sequence
 from typing import Optional
 
-from nvdeploy.collect_stack import CUDA_FIND_ARGV, MPS_HELPER, MPS_SCRIPT
 from nvdeploy.sim.scenario import NodeScenario, node_facts, register_fault
 from nvdeploy.sim.tools import TOOL_HOOKS, ToolOutput, register_tool
+from nvdeploy.stack_commands import CUDA_FIND_ARGV, MPS_HELPER, MPS_SCRIPT
 
 register_fault("cuda_toolkit", "one more CUDA toolkit, /usr/local/cuda-X.Y with version.json X.Y.Z",
                pattern=r"cuda_toolkit:\d+\.\d+\.\d+")
@@ -61,12 +61,15 @@ def toolkits(scenario: NodeScenario) -> list[tuple[str, str]]:
     return sorted(found.items())
 
 
-def compat_driver(major_minor: str) -> str:
-    from nvdeploy.checks.common import version_tuple
-    from nvdeploy.checks.cuda import compat_table
+# The libcuda each forward-compatibility package ships (its release's driver): cuda-compat-13-0 of CUDA 13.0
+# Update 2, cuda-compat-12-9 of 12.9 Update 1 (checks/cuda_compat.yaml). Kept here: fake tools on SSH nodes run
+# from a bare copy of the package, without the checks folder.
+COMPAT_LIBCUDA = {"13.1": "590.44.01", "13.0": "580.95.05", "12.9": "575.57.08", "12.8": "570.124.06",
+                  "12.6": "560.35.05", "12.4": "550.54.15"}
 
-    rows = [d for key, d in compat_table().toolkits.items() if ".".join(map(str, key[:2])) == major_minor]
-    return max(rows, key=version_tuple) if rows else "580.95.05"
+
+def compat_driver(major_minor: str) -> str:
+    return COMPAT_LIBCUDA.get(major_minor, "580.95.05")
 
 
 def version_json(version: str) -> str:

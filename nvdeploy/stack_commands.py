@@ -1,0 +1,21 @@
+"""Command lines of the GPU-stack collectors (nvdeploy/collect_stack.py), without imports: the simulator's fake
+tools (nvdeploy/sim/stack_tools.py) run on fake nodes from a bare copy of the package and recognise them."""
+
+from __future__ import annotations
+
+MARKER_FORMAT = "\\n== %p\\n"  # find -printf: a newline first, so a file without a final newline cannot hide it
+CUDA_FIND_ARGV = (
+    "find", "/usr/local", "-maxdepth", "3",
+    "(", "-path", "/usr/local/cuda*/version.json", "-o", "-path", "/usr/local/cuda*/version.txt", ")",
+    "-printf", MARKER_FORMAT, "-exec", "cat", "{}", ";",
+    "-o", "-path", "/usr/local/cuda*/compat/libcuda.so.*", "-printf", MARKER_FORMAT,
+    # Every toolkit folder itself (a trailing slash marks it): one without a version file is still seen.
+    "-o", "-regex", "/usr/local/cuda[^/]*", "-type", "d", "-printf", "\\n== %p/\\n",
+)
+MPS_PIPE_DEFAULT = "/tmp/nvidia-mps"
+MPS_LOG_DEFAULT = "/var/log/nvidia-mps"
+# $0 names the helper (the simulator recognises it); $1/$2 are the pipe and log folders.
+MPS_SCRIPT = ('CUDA_MPS_PIPE_DIRECTORY="$1" CUDA_MPS_LOG_DIRECTORY="$2"; '
+              'export CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY; '
+              'echo get_server_list | nvidia-cuda-mps-control')
+MPS_HELPER = "nvdeploy-mps"

@@ -1,0 +1,64 @@
+"""cuda.compat and gpu.mps over real SSH (OpenSSH on loopback, the simulator's fake find and MPS control on each
+node's PATH; the MPS collector's ``sh -c`` pipe runs in the node's real shell)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nvdeploy.engine import EngineOptions
+from nvdeploy.inventory import load_inventory
+from nvdeploy.phases.validate import run_validate
+from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.results import ErrorReason, Remediation, Verdict
+from nvdeploy.sim.scenario import NodeScenario
+
+CATALOG = ProfileCatalog()
+PROFILE = CATALOG.get("h100-sxm-8x")
+CHECKS = EngineOptions(checks=("driver.loaded", "cuda.compat", "gpu.mps"))
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("requires_sshd")]
+
+
+def scenario(name: str, *faults: str) -> tuple[str, str]:
+    return name, NodeScenario(name, PROFILE, tuple(faults)).to_json()
+
+
+def test_cuda_compat_and_mps_over_ssh(ssh_cluster_factory, tmp_path: Path):
+    cluster = ssh_cluster_factory([
+        scenario("ok"), scenario("newcuda", "cuda_toolkit:13.0.2"),
+        scenario("fwdcompat", "cuda_toolkit:13.0.2", "cuda_compat:13.0"), scenario("minor", "cuda_toolkit:12.8.1"),
+        scenario("mpsup", "mps_running"), scenario("mpsdown"), scenario("mpsgone", "mps_missing")])
+    mps = {"mps": True}
+    path = tmp_path / "ssh.yaml"
+    path.write_text(cluster.inventory_yaml(
+        profile="h100-sxm-8x", command_timeout=120,
+        extra_host_vars={"mpsup": {**mps, "mps_pipe_dir": "/run/nvidia mps"}, "mpsdown": mps, "mpsgone": mps}))
+    outcome = run_validate(load_inventory(path, CATALOG), CATALOG, CHECKS, tmp_path / "reports")
+    found = {(n.name, f.check): f for n in outcome.run.nodes for f in n.findings}
+
+    ok = found[("ok", "cuda.compat")]
+    assert ok.verdict is Verdict.PASS and ok.observed == {"/usr/local/cuda-12.4": "12.4.0"}
+    # The build machine's own /usr/local (it has a CUDA 13.0 folder) never leaks into a fake node.
+    assert "cuda-13.0" not in str(ok.observed)
+    new = found[("newcuda", "cuda.compat")]
+    assert (new.verdict, new.remediation) == (Verdict.FAIL, Remediation.REINSTALL)
+    assert "needs driver >= 580.95.05" in new.summary
+    assert found[("fwdcompat", "cuda.compat")].verdict is Verdict.PASS
+    assert "forward compatibility" in found[("fwdcompat", "cuda.compat")].summary
+    assert found[("minor", "cuda.compat")].verdict is Verdict.WARN
+
+    assert found[("ok", "gpu.mps")].verdict is Verdict.SKIP
+    up = found[("mpsup", "gpu.mps")]
+    assert up.verdict is Verdict.PASS and "/run/nvidia mps" in up.summary
+    down = found[("mpsdown", "gpu.mps")]
+    assert (down.verdict, down.remediation) == (Verdict.FAIL, Remediation.TUNE)
+    gone = found[("mpsgone", "gpu.mps")]
+    assert (gone.verdict, gone.reason) == (Verdict.ERROR, ErrorReason.TOOL_MISSING)
+
+    # Evidence: the raw listing and the daemon's own words, as the node printed them.
+    evidence = outcome.run_dir / "evidence"
+    assert "== /usr/local/cuda-13.0/compat/libcuda.so.580.95.05" in (evidence / "fwdcompat" / "cuda_toolkits.out") \
+        .read_text()
+    assert "Cannot find MPS control daemon process" in (evidence / "mpsdown" / "mps_control.out").read_text()

@@ -3,7 +3,7 @@ SIGKILLed controller, and a run folder that cannot be written.
 
 Rows and tests:
 - Ctrl-C mid-run (exit 130, finished nodes kept, reports say interrupted): test_ctrl_c_mid_run_keeps_every_finished_node
-  (prints the time from the signal to exit, and to the last remote process gone: zero leftovers within 15 s)
+  (prints the time from the signal to exit, and to the last remote process gone: zero leftovers, polled up to 30 s)
 - SIGTERM mid-run (exit 143), then ``validate --resume RUN_DIR``: test_sigterm_then_resume_finishes_only_the_rest
 - SIGKILL, then ``nvdeploy report RUN_DIR``: test_sigkill_then_report_rebuilds_from_the_journal
 - report folder not writable: test_report_folder_not_writable_is_exit_2
@@ -132,7 +132,7 @@ def _leftovers(cluster: SshCluster) -> int:
     return sum(len(node_processes(cluster.node(name))) for name in SLOW)
 
 
-def _until_no_leftovers(cluster: SshCluster, since: float, bound: float = 15.0) -> float:
+def _until_no_leftovers(cluster: SshCluster, since: float, bound: float = 30.0) -> float:
     """Seconds from ``since`` until no process of the interrupted nodes is left (issue 9: the node-side watcher
     ends a batch whose SSH channel closed). Fails if some are still there ``bound`` seconds after ``since``."""
     while _leftovers(cluster):

@@ -38,7 +38,7 @@ from nvdeploy.testing.sshd import FakeNode, SshCluster
 
 CATALOG = ProfileCatalog()
 PROFILE = CATALOG.get("h100-sxm-8x")
-GONE_WITHIN_S = 15
+GONE_WITHIN_S = 30  # seconds; measured 2-4 s, the bound is for a loaded 2-core machine
 
 pytestmark = [pytest.mark.usefixtures("requires_sshd")]
 

@@ -123,7 +123,7 @@ class SlurmTestCluster:
         extra = "\n".join([f"TaskProlog={self.dir}/taskprolog.sh", f"HealthCheckProgram={self.dir}/health.sh",
                            "HealthCheckInterval=2", "HealthCheckNodeState=ANY"])
         env = dict(self.env, SLURM_TEST_DIR=str(self.dir), SLURM_TEST_NODES=str(len(self.nodes)),
-                   SLURM_TEST_PORT=str(PORT), SLURM_TEST_EXTRA_CONF=extra)
+                   SLURM_TEST_PORT=str(PORT), SLURM_TEST_EXTRA_CONF=extra, SLURM_TEST_RETURN_TO_SERVICE="1")
         return _run(["bash", str(SCRIPTS / "start-slurm.sh")], 300, env)
 
     def stop(self) -> None:

@@ -181,12 +181,19 @@ class SrunPool:
         _POOLS.pop(self.key, None)
 
     # ---- transports ----
-    def unusable(self, node: str) -> Optional[str]:
+    def unusable(self, node: str) -> Optional[tuple[ErrorReason, str]]:
+        """Why Slurm cannot start this node's task (it would hold up the whole step), or None."""
         facts = self.facts.get(node)
-        if facts is None or facts.short_state not in _UNUSABLE:
+        if facts is None:
             return None
         why = f" ({facts.reason})" if facts.reason else ""
-        return f"Slurm cannot start a task on {node}: node is {facts.short_state}{why}"
+        if facts.short_state in _UNUSABLE:
+            return ErrorReason.UNREACHABLE, f"Slurm cannot start a task on {node}: node is {facts.short_state}{why}"
+        if facts.busy and self.options.exclusive:
+            return ErrorReason.BUSY, (f"Slurm shows jobs on {node} (node {facts.short_state}): an exclusive srun "
+                                      "step cannot start there (wait for them with --maintenance --wait-drain, or "
+                                      "--no-exclusive)")
+        return None
 
     def detach(self, node: str) -> None:
         """The node sends no more batches (finished, failed, or interrupted)."""
@@ -367,7 +374,7 @@ class SrunTransport(Transport):
     def connect(self) -> None:
         problem = self.pool.unusable(self.node)
         if problem:
-            raise TransportError(ErrorReason.UNREACHABLE, problem)
+            raise TransportError(*problem)
         self._attached = True
 
     def run_batch(self, commands: Sequence[CommandSpec], deadline_s: Optional[float] = None) -> list[CommandResult]:

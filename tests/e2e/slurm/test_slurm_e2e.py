@@ -291,3 +291,17 @@ def test_node_with_a_slurm_job_gets_busy_for_heavy_checks(slurm: SlurmTestCluste
     assert [f["verdict"] for f in nodes["node2"]["findings"] if f["check"] == "dcgm.diag_r2"] == ["PASS"]
     allowed = validate(slurm, path, tmp_path, "--level", "standard", "--allow-busy")
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+
+
+def test_via_slurm_node_with_a_job_is_busy_and_does_not_hold_up_the_others(slurm: SlurmTestCluster,
+                                                                          tmp_path: Path) -> None:
+    submitted = slurm.cmd("sbatch", "-w", "node2", "-o", "/dev/null", "--wrap", "sleep 300")
+    assert submitted.returncode == 0, submitted.stderr
+    assert slurm.wait_for(lambda: slurm.states().get("node2") in ("mix", "alloc"), 30), slurm.states()
+    done = validate(slurm, inventory(tmp_path), tmp_path, "--via", "slurm", "--drain-failed", "--drain-on-error")
+    assert done.returncode == 3, done.stdout + done.stderr
+    nodes = nodes_of(results(tmp_path))
+    (reach,) = [f for f in nodes["node2"]["findings"] if f["check"] == "system.reachable"]
+    assert reach["reason"] == "busy" and "exclusive srun step cannot start there" in reach["summary"]
+    assert [nodes[n]["verdict"] for n in ("node1", "node3", "node4")] == ["PASS"] * 3
+    assert "node2" not in slurm.reasons()  # busy is not a fault: never drained for it

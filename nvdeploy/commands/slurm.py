@@ -98,6 +98,9 @@ def slurm_options(func: Callable[..., Any]) -> Callable[..., Any]:
             raise click.UsageError("--drain-on-error needs --drain-failed")
         if wait is not None and opts.maintenance_s is None:
             raise click.UsageError("--wait-drain needs --maintenance")
+        active = opts.drain_failed or opts.resume_passed or opts.maintenance_s is not None or opts.via == "slurm"
+        if active and kwargs.get("resume_dir") is not None:
+            raise click.UsageError("--resume finishes a run over its own transport: the Slurm options do not apply")
         return func(*args, slurm=opts, **kwargs)
 
     for option in reversed(_OPTIONS):

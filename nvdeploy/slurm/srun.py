@@ -28,7 +28,7 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Sequence
 
 from nvdeploy.results import CommandResult, ErrorReason
@@ -254,6 +254,19 @@ class SrunPool:
                 self._cond.wait(0.2)
         return request.results
 
+    def _gres_for(self, nodes: Sequence[str]) -> Optional[int]:
+        """--gres=gpu:<n> so the step owns the GPUs: the smallest GRES count, and none unless every node has one
+        (asking a GPU-less node for GPUs would fail the whole step)."""
+        counts = [self.facts[n].gpus if n in self.facts else None for n in nodes]
+        return min(counts) if counts and all(counts) else None  # type: ignore[type-var]
+
+    def _options_for(self, nodes: Sequence[str]) -> SrunOptions:
+        """Without --partition: a partition every node is in (srun's default partition may not hold them)."""
+        if self.options.partition or not all(n in self.facts for n in nodes):
+            return self.options
+        common = [p for p in self.facts[nodes[0]].partitions if all(p in self.facts[n].partitions for n in nodes)]
+        return replace(self.options, partition=common[0]) if common else self.options
+
     # ---- one step ----
     def _execute(self, requests: list[_Request]) -> None:
         started = time.monotonic()
@@ -315,9 +328,8 @@ class SrunPool:
         wait_s = limit + self.options.immediate_s
         if deadlines:
             wait_s = min(wait_s, max(1.0, min(deadlines)))  # type: ignore[type-var]
-        gres = [self.facts[n].gpus for n in nodes if n in self.facts and self.facts[n].gpus]
         job_name = f"{self.options.job_name}-{next(self._rounds)}"
-        argv = srun_argv(nodes, self.options, limit, job_name, min(gres) if gres else None)  # type: ignore[type-var]
+        argv = srun_argv(nodes, self._options_for(nodes), limit, job_name, self._gres_for(nodes))
         argv += ["-c", WRAPPER, "nvd-wrap", script]
         started = time.monotonic()
         # srun exports the caller's environment to the tasks: never nvdeploy's secrets.

@@ -91,3 +91,39 @@ def test_wrapper_output_split_per_node_back_into_the_batch_frames() -> None:
     for raw in per_node.values():
         (result,) = batch.parse_output(specs, raw, 0.1)
         assert result.rc == 0 and result.stdout == b"a\0b\n\377 __NVD_BATCH_END__ fake"
+
+
+def _host(name: str, gres: str, partitions: tuple, state: str = "idle", alloc: int = 0):
+    from nvdeploy.inventory import Host
+    from nvdeploy.slurm.nodes import SlurmNode
+
+    return Host(name, {"slurm_node": SlurmNode(name, state, (), "", "", gres, partitions, (), alloc).to_dict()})
+
+
+def test_step_gres_and_partition_come_from_the_nodes() -> None:
+    from nvdeploy.slurm.srun import SrunPool
+
+    pool = SrunPool([_host("a", "gpu:8", ("h100", "all")), _host("b", "gpu:h100:7", ("all", "h100"))], SrunOptions())
+    assert pool._gres_for(["a", "b"]) == 7 and pool._options_for(["a", "b"]).partition == "h100"
+    mixed = SrunPool([_host("a", "gpu:8", ("x",)), _host("b", "", ("y",))], SrunOptions())
+    assert mixed._gres_for(["a", "b"]) is None and mixed._options_for(["a", "b"]).partition is None
+    given = SrunPool([_host("a", "gpu:8", ("x",))], SrunOptions(partition="p"))
+    assert given._options_for(["a"]).partition == "p"
+    for pool_ in (pool, mixed, given):
+        pool_.release()
+
+
+def test_nodes_slurm_cannot_start_are_refused_before_the_step() -> None:
+    from nvdeploy.results import ErrorReason
+    from nvdeploy.slurm.srun import SrunPool
+
+    pool = SrunPool([_host("up", "gpu:8", ("p",)), _host("down", "gpu:8", ("p",), "down"),
+                     _host("busy", "gpu:8", ("p",), "mixed", 4)], SrunOptions())
+    assert pool.unusable("up") is None
+    assert pool.unusable("down") == (ErrorReason.UNREACHABLE, "Slurm cannot start a task on down: node is down")
+    reason, text = pool.unusable("busy")  # type: ignore[misc]
+    assert reason is ErrorReason.BUSY and "exclusive srun step" in text
+    shared = SrunPool([_host("busy", "gpu:8", ("p",), "mixed", 4)], SrunOptions(exclusive=False))
+    assert shared.unusable("busy") is None
+    pool.release()
+    shared.release()

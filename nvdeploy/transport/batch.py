@@ -55,6 +55,12 @@ _BUSY = re.compile(rb"__NVD_BUSY__ ([^\n]*)\n")
 # timeout(1) exits 124 when it had to stop the command and 137 when it had to kill it after the grace period.
 TIMEOUT_RCS = (124, 137)
 KILL_GRACE_S = 3
+# The transports send one byte (HEARTBEAT) on the batch's stdin every HEARTBEAT_S seconds; a batch that hears
+# nothing for HEARTBEAT_LOST_S ends itself as at EOF. This covers a connection that went silent without closing
+# (a network partition: sshd would notice only after its ClientAlive or TCP keepalive, often hours).
+HEARTBEAT = b"."
+HEARTBEAT_S = 10.0
+HEARTBEAT_LOST_S = 60
 SUDO_CHECK_TIMEOUT_S = 20
 DEFAULT_LOCK_DIR = "/tmp/nvdeploy.lock"
 # What sudo says (LC_ALL=C) when it did not accept the password.
@@ -122,7 +128,7 @@ _WATCHER = r"""
 exec 3<&0
 (
   trap '' INT HUP PIPE
-  while IFS= read -r nvd_x; do :; done
+  {wait_for_end}
   IFS= read -r nvd_l </proc/self/stat; nvd_spare=${nvd_l%% *}
   nvd_end
   rm -rf "$d"; [ -n "$nvd_hf" ] && rm -f "$nvd_hf"
@@ -208,13 +214,15 @@ def _frame(index: int, spec: CommandSpec) -> str:
 
 
 def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False, run_id: str = "",
-                 lock: bool = True) -> str:
+                 lock: bool = True, heartbeat_lost_s: Optional[float] = None) -> str:
     """The sh script that runs ``commands`` in parallel and prints framed results.
 
     With ``sudo_password`` the script first reads one line (the password) from its stdin into a shell
     variable; the caller sends it there, so it never appears in a command line or in the script text. The
     caller must keep stdin open (and send nothing more) until it has read the answer: EOF on stdin means the
     run ended, and the batch kills its processes. ``run_id`` is written next to the node lock (``lock``).
+    With ``heartbeat_lost_s``, the caller also sends :data:`HEARTBEAT` every :data:`HEARTBEAT_S` seconds, and
+    ``heartbeat_lost_s`` seconds of silence end the batch too.
     """
     lines = ["export LC_ALL=C LANG=C"]
     if sudo_password:
@@ -229,7 +237,13 @@ def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False, r
     if lock:  # before anything runs: a refused batch starts nothing, and sends no password
         lines.append(_LOCK.replace("{default_lock}", DEFAULT_LOCK_DIR).replace("{run_id}", shlex.quote(run_id or "-"))
                      .replace("{end}", END_MARKER.decode()).strip())
-    lines.append(_WATCHER.strip())
+    if heartbeat_lost_s:
+        # head -c 1 reads one byte (GNU head reads no more than asked); empty: EOF, or silence for too long.
+        wait_for_end = (f'while nvd_x=$(timeout {max(1, int(heartbeat_lost_s))} head -c 1 2>/dev/null) && '
+                        '[ -n "$nvd_x" ]; do :; done')
+    else:
+        wait_for_end = "while IFS= read -r nvd_x; do :; done"
+    lines.append(_WATCHER.replace("{wait_for_end}", wait_for_end).strip())
     gate = sudo_password and any(spec.sudo for spec in commands)
     if gate:
         # One password attempt per node: alone, before anything else that uses sudo.
@@ -259,11 +273,14 @@ def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False, r
         '  [ -n "$nvd_all" ] && break',
         '  if [ "$nvd_t" -lt 100 ]; then sleep 0.1 2>/dev/null || sleep 1; nvd_t=$((nvd_t + 1)); else sleep 1; fi',
         "done",
+        # The watcher goes first: it must not take the end of its own heartbeat reader for the end of the run
+        # and sweep us. From here on this shell finishes the clean-up itself.
+        'kill "$nvd_w" 2>/dev/null',
         'nvd_only_tools=1; nvd_spare="$$ $PPID"; nvd_end; nvd_only_tools=',
         "[ -n \"$nvd_p\" ] && wait $nvd_p",
-        # Done: the watcher goes first (it must not sweep us), then anything else left in the session. From here
-        # on a closed channel must not kill us by SIGPIPE before the EXIT trap removed the temp folder.
-        'kill "$nvd_w" 2>/dev/null; nvd_end; trap \'\' PIPE',
+        # Then anything else left in the session. A closed channel must not kill us by SIGPIPE before the EXIT
+        # trap removed the temp folder.
+        "nvd_end; trap '' PIPE",
     ]
     for index, spec in enumerate(commands):
         lines.append(_frame(index, spec))

@@ -59,7 +59,8 @@ class LocalTransport(Transport):
               limit_s: float) -> tuple[bytes, Optional[ErrorReason], str]:
         if self._closed:
             return b"", ErrorReason.INTERRUPTED, "run interrupted"
-        script = batch.build_script(specs, sudo_password=password is not None, run_id=self.run_id)
+        script = batch.build_script(specs, sudo_password=password is not None, run_id=self.run_id,
+                                    heartbeat_lost_s=batch.HEARTBEAT_LOST_S)
         env = {k: v for k, v in os.environ.items() if k not in _SECRET_ENV}
         proc = subprocess.Popen(["/bin/sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True, env=env)
@@ -72,7 +73,8 @@ class LocalTransport(Transport):
             if password is not None:
                 proc.stdin.write((password + "\n").encode())
                 proc.stdin.flush()
-            # stdin stays open, and nothing more is written to it: its EOF tells the batch the run ended.
+            # stdin stays open, with only the heartbeat written to it: its EOF tells the batch the run ended.
+            beat = time.monotonic()
             with selectors.DefaultSelector() as sel:
                 sel.register(proc.stdout, selectors.EVENT_READ)
                 sel.register(proc.stderr, selectors.EVENT_READ)
@@ -82,6 +84,13 @@ class LocalTransport(Transport):
                     left = limit_s - (time.monotonic() - started)
                     if left <= 0:
                         return bytes(out), ErrorReason.TIMEOUT, f"batch exceeded {limit_s:.0f} s"
+                    if time.monotonic() - beat >= batch.HEARTBEAT_S:
+                        beat = time.monotonic()
+                        try:
+                            proc.stdin.write(batch.HEARTBEAT)
+                            proc.stdin.flush()
+                        except OSError:
+                            pass  # the batch has gone; its output tells the rest
                     for key, _ in sel.select(min(left, 0.2)):
                         chunk = os.read(key.fd, 65536)
                         if not chunk:

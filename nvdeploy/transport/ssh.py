@@ -465,7 +465,8 @@ class SSHTransport(Transport):
 
         def execute(specs: Sequence[CommandSpec], password: Optional[str],
                     on_output: Callable[[bytes], None]) -> list[CommandResult]:
-            script = batch.build_script(specs, sudo_password=password is not None, run_id=self.run_id)
+            script = batch.build_script(specs, sudo_password=password is not None, run_id=self.run_id,
+                                        heartbeat_lost_s=batch.HEARTBEAT_LOST_S)
             cap = sum(c.max_bytes for c in specs) * 2 + 65536
             stdin = (password + "\n").encode() if password is not None else b""
             raw, error, detail = self._exec("sh -c " + _quote(script), stdin, limit - (time.monotonic() - started),
@@ -508,8 +509,16 @@ class SSHTransport(Transport):
             _exec_request(channel, command, max(0.1, min(limit_s, self.connect_timeout_s)))
             if stdin:
                 channel.sendall(stdin)
+            beat = time.monotonic()
             while True:
                 progressed = False
+                if time.monotonic() - beat >= batch.HEARTBEAT_S and not (channel.eof_received or channel.closed):
+                    # The batch's heartbeat: silence for HEARTBEAT_LOST_S (a partitioned link) ends it on the node.
+                    beat = time.monotonic()
+                    try:
+                        channel.sendall(batch.HEARTBEAT)
+                    except (OSError, paramiko.SSHException):
+                        pass  # the channel is going: the checks below and EOF tell what happened
                 while channel.recv_ready():
                     chunk = channel.recv(_READ_CHUNK)
                     if not chunk:

@@ -7,6 +7,7 @@ to a process group of its own (so ``timeout(1)``'s group kill misses it, as mpir
 - the global --deadline: test_deadline_leaves_nothing (prints deadline-to-return)
 - Ctrl-C, SIGTERM, controller SIGKILL: test_controller_ending_leaves_nothing (prints signal-to-last-process-gone)
 - the SSH connection dropping (sshd's session processes killed, the commands not): test_connection_drop_leaves_nothing
+- a connection gone silent without closing (sshd frozen: no EOF, no heartbeat): test_silent_connection_leaves_nothing
 - the normal end with a tool that leaves a child behind: test_normal_end_reaps_what_a_tool_left
 - a second run on a busy node / a stale lock: test_second_run_is_refused_busy_and_a_stale_lock_is_taken
 - a wrong sudo password: test_wrong_sudo_password_is_tried_once_per_run
@@ -35,6 +36,7 @@ from nvdeploy.sim.scenario import NodeScenario
 from nvdeploy.testing.faults import node_processes, run_nvdeploy, start_nvdeploy
 from nvdeploy.testing.replay import replay_cluster
 from nvdeploy.testing.sshd import FakeNode, SshCluster
+from nvdeploy.transport import batch
 
 CATALOG = ProfileCatalog()
 PROFILE = CATALOG.get("h100-sxm-8x")
@@ -63,7 +65,7 @@ def _scenario(name: str) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def cluster():
-    names = ["tmo", "dl", "sigint", "sigterm", "sigkill", "drop", "normal", "lock", "pw1", "pw2"]
+    names = ["tmo", "dl", "sigint", "sigterm", "sigkill", "drop", "silent", "normal", "lock", "pw1", "pw2"]
     with SshCluster([_scenario(n) for n in names]) as started:
         replay_cluster(started)
         yield started
@@ -244,6 +246,31 @@ def test_connection_drop_leaves_nothing(cluster, tmp_path):
     (found,) = result["out"].run.nodes
     assert found.verdict is Verdict.ERROR
     print(f"\nconnection dropped: last remote process gone {gone:.2f} s later")
+
+
+@pytest.mark.timeout(150)
+def test_silent_connection_leaves_nothing(cluster, tmp_path, monkeypatch):
+    """sshd's session processes stopped (SIGSTOP): TCP stays up, nothing closes, no EOF ever reaches the batch, as
+    in a network partition. The batch hears no heartbeat and ends itself."""
+    monkeypatch.setattr(batch, "HEARTBEAT_LOST_S", 5)  # 60 s in production
+    node = cluster.node("silent")
+    _stubborn(node)
+    result: dict = {}
+    worker = threading.Thread(target=lambda: result.update(out=_in_process(
+        cluster, tmp_path, ["silent"], EngineOptions(checks=QUICK_CHECKS))), daemon=True)
+    worker.start()
+    dirs = _running_stubborn(node)
+    frozen_at = time.monotonic()
+    assert cluster.freeze("silent")
+    try:
+        gone = _assert_clean(node, dirs) - frozen_at
+    finally:
+        cluster.thaw("silent")
+    worker.join(90)
+    assert not worker.is_alive()
+    (found,) = result["out"].run.nodes
+    assert found.verdict is Verdict.ERROR
+    print(f"\nconnection silent (heartbeat loss after 5 s): last remote process gone {gone:.2f} s after the freeze")
 
 
 @pytest.mark.timeout(120)

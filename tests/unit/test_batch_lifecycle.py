@@ -209,6 +209,24 @@ def test_local_abort_ends_every_process_and_removes_the_temp_folder(node_env):
     _wait_for(lambda: list((folder / "tmp").iterdir()) == [], 15, "the temp folder to go")
 
 
+def test_local_batch_that_hears_no_heartbeat_ends_itself(node_env, monkeypatch):
+    """A link that went silent without closing (no EOF ever comes): the batch ends itself after the silence."""
+    folder, marker = node_env
+    monkeypatch.setattr(batch, "HEARTBEAT_S", 10_000.0)  # this controller "goes silent"
+    monkeypatch.setattr(batch, "HEARTBEAT_LOST_S", 3)
+    (result,) = LocalTransport().run_batch([CommandSpec("s", ("sleep", "600"), 600)])
+    assert result.rc is None and result.error is not None  # cut off on the node, never a success
+    _wait_for(lambda: not _marked(marker), 30, "every batch process to end")
+    assert list((folder / "tmp").iterdir()) == []
+
+
+def test_local_heartbeat_keeps_a_long_command_alive(node_env, monkeypatch):
+    monkeypatch.setattr(batch, "HEARTBEAT_S", 0.2)
+    monkeypatch.setattr(batch, "HEARTBEAT_LOST_S", 4)
+    (result,) = LocalTransport().run_batch([CommandSpec("s", ("sh", "-c", "sleep 8; echo done"), 60)])
+    assert (result.rc, result.stdout, result.error) == (0, b"done\n", None)
+
+
 def test_local_second_run_is_refused_busy_and_names_the_holder(node_env):
     folder, marker = node_env
     first = LocalTransport().bind("n1", "run-A")

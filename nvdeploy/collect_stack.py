@@ -1,5 +1,6 @@
-"""Collectors of the GPU software stack around the driver (issue 12): installed CUDA toolkits and the MPS control
-daemon. Both are light (seconds) and ride in the node's one batched round trip, each under its own timeout.
+"""Collectors of the GPU software stack around the driver (issue 12): installed CUDA toolkits, the MPS control
+daemon and the container runtime. All are light (seconds) and ride in the node's one batched round trip, each
+under its own timeout.
 
 - ``cuda_toolkits``: one ``find /usr/local -maxdepth 3`` that prints a marker line and the contents of every
   ``/usr/local/cuda*/version.json`` (``version.txt`` before CUDA 11.1), and a marker for every forward-compatibility
@@ -11,6 +12,10 @@ daemon. Both are light (seconds) and ride in the node's one batched round trip, 
   its commands from stdin), with ``CUDA_MPS_PIPE_DIRECTORY`` / ``CUDA_MPS_LOG_DIRECTORY`` set from the host vars
   ``mps_pipe_dir`` / ``mps_log_dir`` (defaults /tmp/nvidia-mps, /var/log/nvidia-mps, the daemon's own). The values
   travel as positional arguments, never spliced into the script. Timeout 20 s.
+- ``container_files``: one ``find`` over /usr/bin/dockerd and /usr/bin/containerd (listed only),
+  /etc/docker/daemon.json, /etc/containerd/config.toml and the CDI spec folders /etc/cdi, /var/run/cdi
+  (listed and printed); missing paths are named on stderr. Timeout 20 s.
+- ``cdi_list``: ``nvidia-ctk cdi list``, the CDI devices the container toolkit resolves. Timeout 30 s.
 
 Importing this module registers them (the check modules import it).
 """
@@ -21,6 +26,8 @@ from typing import Any, Mapping
 
 from nvdeploy.collect import COLLECTORS, Collector, register_collector
 from nvdeploy.stack_commands import (  # noqa: F401  re-exported for the checks and tests
+    CDI_LIST_ARGV,
+    CONTAINER_FIND_ARGV,
     CUDA_FIND_ARGV,
     MPS_HELPER,
     MPS_LOG_DEFAULT,
@@ -30,6 +37,8 @@ from nvdeploy.stack_commands import (  # noqa: F401  re-exported for the checks 
 
 CUDA_TOOLKITS = "cuda_toolkits"
 MPS_CONTROL = "mps_control"
+CONTAINER_FILES = "container_files"
+CDI_LIST = "cdi_list"
 
 
 def mps_dirs(host_vars: Mapping[str, Any]) -> tuple[str, str]:
@@ -54,3 +63,8 @@ CUDA = _register(Collector(
 MPS = _register(Collector(
     MPS_CONTROL, build_mps({}, None), 20.0, build=build_mps,
     description="the CUDA MPS control daemon answers get_server_list"))
+CONTAINER = _register(Collector(
+    CONTAINER_FILES, CONTAINER_FIND_ARGV, 20.0,
+    description="docker/containerd binaries, daemon.json, containerd config.toml and the CDI specs"))
+CDI = _register(Collector(
+    CDI_LIST, CDI_LIST_ARGV, 30.0, description="the CDI devices the NVIDIA container toolkit sees (nvidia-ctk)"))

@@ -19,3 +19,13 @@ MPS_SCRIPT = ('CUDA_MPS_PIPE_DIRECTORY="$1" CUDA_MPS_LOG_DIRECTORY="$2"; '
               'export CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY; '
               'echo get_server_list | nvidia-cuda-mps-control')
 MPS_HELPER = "nvdeploy-mps"
+# The container daemons' binaries (listed only: dockerd reads daemon.json, a docker CLI alone does not) and the
+# NVIDIA-relevant configs and CDI specs (listed and printed).
+CONTAINER_FIND_ARGV = (
+    "find", "/usr/bin/dockerd", "/usr/bin/containerd", "/etc/docker/daemon.json", "/etc/containerd/config.toml",
+    "/etc/cdi", "/var/run/cdi", "-maxdepth", "1", "-type", "f",
+    "(", "-name", "dockerd", "-o", "-name", "containerd", ")", "-printf", MARKER_FORMAT,
+    "-o", "(", "-name", "daemon.json", "-o", "-name", "config.toml", "-o", "-name", "*.yaml", "-o", "-name", "*.json",
+    ")", "-printf", MARKER_FORMAT, "-exec", "cat", "{}", ";",
+)
+CDI_LIST_ARGV = ("nvidia-ctk", "cdi", "list")

@@ -24,9 +24,9 @@ import os
 from collections.abc import Sequence
 from typing import Optional
 
-from nvdeploy.sim.scenario import NodeScenario, node_facts, register_fault
+from nvdeploy.sim.scenario import NodeScenario, gpu_uuid, node_facts, register_fault
 from nvdeploy.sim.tools import TOOL_HOOKS, ToolOutput, register_tool
-from nvdeploy.stack_commands import CUDA_FIND_ARGV, MPS_HELPER, MPS_SCRIPT
+from nvdeploy.stack_commands import CONTAINER_FIND_ARGV, CUDA_FIND_ARGV, MPS_HELPER, MPS_SCRIPT
 
 register_fault("cuda_toolkit", "one more CUDA toolkit, /usr/local/cuda-X.Y with version.json X.Y.Z",
                pattern=r"cuda_toolkit:\d+\.\d+\.\d+")
@@ -95,11 +95,97 @@ def find_output(scenario: NodeScenario) -> str:
     return "".join(f"\n== {folder}/\n" + "".join(entries) for folder, entries in sorted(folders.items()))
 
 
+# --- the container runtime (container_files collector) ----------------------------------------------------------
+
+STALE_CDI_DRIVER = "535.161.08"
+_CONTAINER_FAULTS = {
+    "container_ready": "docker installed, /etc/docker/daemon.json with the nvidia runtime, a CDI spec for the driver",
+    "cdi_stale": "like container_ready, but the CDI spec was generated for driver 535.161.08 (before an update)",
+    "cdi_short": "like container_ready, but the CDI spec lacks the last GPU (generated while it was missing)",
+}
+for _name, _doc in _CONTAINER_FAULTS.items():
+    register_fault(_name, _doc)
+
+
+def cdi_spec(scenario: NodeScenario, driver: str, count: int) -> str:
+    """A CDI spec in nvidia-ctk's layout (trimmed to the driver's libcuda mount and the GPU devices 0..count-1).
+    Built from the scenario alone: it is part of the node's baseline state, which node_facts itself reads."""
+    gpus = [(index, gpu_uuid(scenario.name, index)) for index in range(count)]
+    lines = ["---", "cdiVersion: 0.5.0", "containerEdits:", "  mounts:",
+             f"  - containerPath: /usr/lib/x86_64-linux-gnu/libcuda.so.{driver}",
+             f"    hostPath: /usr/lib/x86_64-linux-gnu/libcuda.so.{driver}", "    options: [ro, nosuid, nodev, bind]",
+             "devices:"]
+    for index, uuid in gpus:
+        for name in (str(index), uuid):
+            lines += ["- containerEdits:", "    deviceNodes:", f"    - path: /dev/nvidia{index}", f'  name: "{name}"']
+    lines += ["- containerEdits:", "    deviceNodes:"] + [f"    - path: /dev/nvidia{i}" for i, _ in gpus]
+    lines += ["  name: all", "kind: nvidia.com/gpu"]
+    return "\n".join(lines) + "\n"
+
+
+def _container_baseline(scenario: NodeScenario, state: object) -> None:
+    if not any(scenario.has(f) for f in _CONTAINER_FAULTS):
+        return
+    from nvdeploy.sim import state as st
+
+    state.packages.update({"docker-ce": "5:28.1.1-1", "containerd.io": "1.7.27-1"})  # type: ignore[attr-defined]
+    state.services.update({"docker": [True, True], "containerd": [True, True]})  # type: ignore[attr-defined]
+    state.files["/etc/docker/daemon.json"] = (  # type: ignore[attr-defined]
+        '{\n    "runtimes": {\n        "nvidia": {\n            "args": [],\n            "path": '
+        '"nvidia-container-runtime"\n        }\n    }\n}\n')
+    driver = STALE_CDI_DRIVER if scenario.has("cdi_stale") else st.driver_versions(scenario)[0]
+    count = scenario.hardware.gpu.count - (1 if scenario.has("cdi_short") else 0)
+    state.files["/etc/cdi/nvidia.yaml"] = cdi_spec(scenario, driver, count)  # type: ignore[attr-defined]
+
+
+def _register_state_hooks() -> None:
+    from nvdeploy.sim import state as st
+
+    st.BASELINE_HOOKS.append(_container_baseline)
+    st.HOOK_FAULTS.update(_CONTAINER_FAULTS)
+
+
+_register_state_hooks()
+_CONTAINER_STARTS = ("/usr/bin/dockerd", "/usr/bin/containerd", "/etc/docker/daemon.json",
+                     "/etc/containerd/config.toml", "/etc/cdi", "/var/run/cdi")
+
+
+def container_find_output(scenario: NodeScenario) -> tuple[str, str]:
+    """(stdout, stderr) of the container_files find: binaries from the node's packages, files from its state."""
+    from nvdeploy.sim import state as st
+
+    state = st.current(scenario)
+    present = {"/usr/bin/dockerd": "" if {"docker-ce", "docker.io"} & set(state.packages) else None,
+               "/usr/bin/containerd": "" if {"containerd", "containerd.io"} & set(state.packages) else None}
+    out, err = [], []
+    for start in _CONTAINER_STARTS:
+        if start in present:
+            if present[start] is None:
+                err.append(f"find: '{start}': No such file or directory\n")
+            else:
+                out.append(f"\n== {start}\n")
+            continue
+        if start in ("/etc/cdi", "/var/run/cdi"):
+            specs = sorted(p for p in state.files if p.startswith(start + "/") and p.endswith((".yaml", ".json")))
+            if not specs and not any(p.startswith(start + "/") for p in state.files):
+                err.append(f"find: '{start}': No such file or directory\n")
+            out += [f"\n== {p}\n{state.files[p]}" for p in specs]
+            continue
+        if start in state.files:
+            out.append(f"\n== {start}\n{state.files[start]}")
+        else:
+            err.append(f"find: '{start}': No such file or directory\n")
+    return "".join(out), "".join(err)
+
+
 @register_tool("find")
 def _find(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
-    if tuple(args) != CUDA_FIND_ARGV[1:]:
-        return ToolOutput(b"", b"find: only the cuda_toolkits command line is simulated\n", 2)
-    return ToolOutput(find_output(scenario).encode())
+    if tuple(args) == CUDA_FIND_ARGV[1:]:
+        return ToolOutput(find_output(scenario).encode())
+    if tuple(args) == CONTAINER_FIND_ARGV[1:]:
+        out, err = container_find_output(scenario)
+        return ToolOutput(out.encode(), err.encode(), 1 if err else 0)
+    return ToolOutput(b"", b"find: only the cuda_toolkits and container_files command lines are simulated\n", 2)
 
 
 @register_tool("nvidia-cuda-mps-control")

@@ -1,4 +1,4 @@
-"""cuda.compat and gpu.mps over real SSH (OpenSSH on loopback, the simulator's fake find and MPS control on each
+"""cuda.compat, gpu.mps and container.runtime over real SSH (OpenSSH on loopback, the simulator's fake find and MPS control on each
 node's PATH; the MPS collector's ``sh -c`` pipe runs in the node's real shell)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from nvdeploy.sim.scenario import NodeScenario
 
 CATALOG = ProfileCatalog()
 PROFILE = CATALOG.get("h100-sxm-8x")
-CHECKS = EngineOptions(checks=("driver.loaded", "cuda.compat", "gpu.mps"))
+CHECKS = EngineOptions(checks=("driver.loaded", "cuda.compat", "gpu.mps", "container.runtime"))
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("requires_sshd")]
 
@@ -29,7 +29,8 @@ def test_cuda_compat_and_mps_over_ssh(ssh_cluster_factory, tmp_path: Path):
     cluster = ssh_cluster_factory([
         scenario("ok"), scenario("newcuda", "cuda_toolkit:13.0.2"),
         scenario("fwdcompat", "cuda_toolkit:13.0.2", "cuda_compat:13.0"), scenario("minor", "cuda_toolkit:12.8.1"),
-        scenario("mpsup", "mps_running"), scenario("mpsdown"), scenario("mpsgone", "mps_missing")])
+        scenario("mpsup", "mps_running"), scenario("mpsdown"), scenario("mpsgone", "mps_missing"),
+        scenario("ctr", "container_ready"), scenario("stale", "cdi_stale"), scenario("bare_docker", "docker")])
     mps = {"mps": True}
     path = tmp_path / "ssh.yaml"
     path.write_text(cluster.inventory_yaml(
@@ -56,6 +57,14 @@ def test_cuda_compat_and_mps_over_ssh(ssh_cluster_factory, tmp_path: Path):
     assert (down.verdict, down.remediation) == (Verdict.FAIL, Remediation.TUNE)
     gone = found[("mpsgone", "gpu.mps")]
     assert (gone.verdict, gone.reason) == (Verdict.ERROR, ErrorReason.TOOL_MISSING)
+
+    assert found[("ok", "container.runtime")].verdict is Verdict.SKIP  # no runtime on the node
+    ready = found[("ctr", "container.runtime")]
+    assert ready.verdict is Verdict.PASS and ready.observed["cdi_gpus"] == 8
+    stale = found[("stale", "container.runtime")]
+    assert stale.verdict is Verdict.FAIL and "generated for driver 535.161.08" in stale.summary
+    unset = found[("bare_docker", "container.runtime")]
+    assert unset.verdict is Verdict.FAIL and "nvidia-ctk runtime configure --runtime=docker" in unset.summary
 
     # Evidence: the raw listing and the daemon's own words, as the node printed them.
     evidence = outcome.run_dir / "evidence"

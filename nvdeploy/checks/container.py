@@ -1,0 +1,109 @@
+"""The NVIDIA container toolkit: it sees every GPU (CDI), its spec matches the driver, and the runtime uses it."""
+
+from __future__ import annotations
+
+import nvdeploy.collect_stack  # noqa: F401  registers the collectors named below
+from nvdeploy.checks.common import SMI, smi_gate, version_tuple
+from nvdeploy.checks.gating import first_line, raw_gate
+from nvdeploy.checks.registry import NodeContext, register
+from nvdeploy.collect_stack import CDI_LIST, CONTAINER_FILES
+from nvdeploy.parsers.container import (
+    containerd_nvidia,
+    docker_nvidia,
+    parse_cdi_list,
+    parse_container_files,
+    spec_driver,
+)
+from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
+
+DOCKER_FIX = "nvidia-ctk runtime configure --runtime=docker && systemctl restart docker"
+CONTAINERD_FIX = "nvidia-ctk runtime configure --runtime=containerd && systemctl restart containerd"
+CDI_FIX = "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml"
+
+
+@register("container.runtime", collectors=(CONTAINER_FILES, CDI_LIST, SMI))
+def container_runtime(ctx: NodeContext) -> list[Finding]:
+    """Runs one ``find`` that lists /usr/bin/dockerd and /usr/bin/containerd and prints
+    /etc/docker/daemon.json, /etc/containerd/config.toml and every CDI spec in /etc/cdi and /var/run/cdi, then
+    ``nvidia-ctk cdi list``; the GPU count and driver come from nvidia-smi.
+
+    Applies when docker or containerd is on the node, or the host var ``container_runtime`` names one
+    (``none``: SKIP). PASS: the CDI devices ``nvidia.com/gpu=<index>`` are exactly the driver's GPUs, every CDI
+    spec was generated for the running driver (its ``libcuda.so.<version>`` mount), docker's daemon.json has the
+    ``nvidia`` runtime (or ``features.cdi``), and containerd's config.toml (when containerd is used without
+    docker, or declared) has ``runtimes.nvidia`` (or ``enable_cdi = true``). FAIL (TUNE) naming each gap with its
+    command: ``nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`` for a missing, short or stale spec (a driver
+    update leaves the old spec: containers then fail to start), ``nvidia-ctk runtime configure --runtime=docker|
+    containerd`` and a restart for an unconfigured runtime. ERROR: find or nvidia-ctk missing (install
+    nvidia-container-toolkit), hung or failed; nvidia-smi unusable. SKIP: no container runtime on the node.
+    """
+    declared = str(ctx.host_vars.get("container_runtime") or "auto")
+    if declared == "none":
+        return [ctx.finding("container.runtime", Verdict.SKIP,
+                            "no container runtime (host var container_runtime: none)")]
+    gated = raw_gate(ctx, "container.runtime", CONTAINER_FILES, "find", "install findutils")
+    if gated:
+        return gated
+    listing = ctx.results[CONTAINER_FILES]
+    if listing.rc not in (0, 1):
+        return [ctx.finding("container.runtime", Verdict.ERROR,
+                            f"find exited {listing.rc}: {first_line(ctx, CONTAINER_FILES)}",
+                            reason=ErrorReason.UNPARSEABLE, collector=CONTAINER_FILES)]
+    files = parse_container_files(listing.text)
+    docker = files.docker or declared == "docker"
+    containerd = declared == "containerd" or (files.containerd and not docker)
+    if not docker and not containerd:
+        return [ctx.finding("container.runtime", Verdict.SKIP, "no docker or containerd on the node",
+                            collector=CONTAINER_FILES)]
+    gated = raw_gate(ctx, "container.runtime", CDI_LIST, "nvidia-ctk", "install nvidia-container-toolkit")
+    if gated:
+        return gated
+    cdi_result = ctx.results[CDI_LIST]
+    if cdi_result.rc != 0:
+        return [ctx.finding("container.runtime", Verdict.ERROR,
+                            f"nvidia-ctk cdi list exited {cdi_result.rc}: {first_line(ctx, CDI_LIST)}",
+                            reason=ErrorReason.UNPARSEABLE, remediation=Remediation.INVESTIGATE, collector=CDI_LIST)]
+    gated = smi_gate(ctx, "container.runtime")
+    if gated:
+        return gated
+    smi = ctx.facts["smi"]
+    want = sorted(g.index for g in smi.gpus if g.index is not None)
+    cdi = parse_cdi_list(cdi_result.text, cdi_result.err_text)
+    problems: list[str] = []
+    seen = list(cdi.gpu_indices)
+    if not seen:
+        problems.append(f"no CDI device for the {len(want)} GPUs (no spec in /etc/cdi or /var/run/cdi): {CDI_FIX}")
+    elif seen != want:
+        missing = sorted(set(want) - set(seen))
+        extra = sorted(set(seen) - set(want))
+        detail = ", ".join(x for x in (f"missing GPU {missing}" if missing else "",
+                                       f"no such GPU {extra}" if extra else "") if x)
+        problems.append(f"CDI lists {len(seen)} GPUs, the driver {len(want)} ({detail}): {CDI_FIX}")
+    for path, text in sorted(files.cdi_specs().items()):
+        generated = spec_driver(text)
+        if generated and smi.driver_version and version_tuple(generated) != version_tuple(smi.driver_version):
+            problems.append(f"{path} was generated for driver {generated}, the node runs {smi.driver_version} "
+                            f"(stale after a driver update): {CDI_FIX}")
+    configured: list[str] = []
+    if docker:
+        text = files.files.get("/etc/docker/daemon.json")
+        ok, how = docker_nvidia(text) if text is not None else (False, "no /etc/docker/daemon.json")
+        if ok:
+            configured.append(f"docker ({how})")
+        else:
+            problems.append(f"docker not set up for NVIDIA GPUs ({how}): {DOCKER_FIX}")
+    if containerd:
+        text = files.files.get("/etc/containerd/config.toml")
+        ok, how = containerd_nvidia(text) if text is not None else (False, "no /etc/containerd/config.toml")
+        if ok:
+            configured.append(f"containerd ({how})")
+        else:
+            problems.append(f"containerd not set up for NVIDIA GPUs ({how}): {CONTAINERD_FIX}")
+    observed = {"cdi_gpus": len(seen), "driver_gpus": len(want), "runtimes": configured}
+    expected = f"{len(want)} CDI GPUs, runtime configured for NVIDIA"
+    if problems:
+        return [ctx.finding("container.runtime", Verdict.FAIL, "; ".join(problems), observed=observed,
+                            expected=expected, remediation=Remediation.TUNE, collector=CDI_LIST)]
+    return [ctx.finding("container.runtime", Verdict.PASS,
+                        f"container toolkit sees all {len(want)} GPUs (CDI); {', '.join(configured)}",
+                        observed=observed, expected=expected, collector=CDI_LIST)]

@@ -1,0 +1,128 @@
+"""The container runtime's NVIDIA set-up, from the ``container_files`` and ``cdi_list`` collectors (pure).
+
+``container_files`` is one ``find`` (nvdeploy/stack_commands.py) that prints ``== PATH`` for the dockerd and
+containerd binaries it finds, and ``== PATH`` followed by the file for docker's ``daemon.json``, containerd's
+``config.toml`` and each CDI spec under /etc/cdi and /var/run/cdi. Paths that do not exist are only named on
+stderr (``find: '/etc/docker/daemon.json': No such file or directory``, exit 1).
+
+``nvidia-ctk cdi list`` prints (real, NVIDIA Container Toolkit 1.17, 8x H100)::
+
+    INFO[0000] Found 17 CDI devices          <- a log line, on stderr
+    nvidia.com/gpu=0
+    ...
+    nvidia.com/gpu=GPU-20f8adb6-f7e2-5466-6cf5-d07abfe364a9
+    nvidia.com/gpu=all
+
+Some versions print a count after the name (``nvidia.com/gpu=0 2``); MIG devices are ``nvidia.com/mig=...``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+MARKER = "== "
+_CDI_DEVICE = re.compile(r"^(nvidia\.com/(?:gpu|mig))=(\S+)")
+_FOUND = re.compile(r"Found (\d+) CDI devices")
+_LIBCUDA = re.compile(r"libcuda\.so\.(\d+\.\d+(?:\.\d+)?)")
+
+
+@dataclass(frozen=True)
+class ContainerFiles:
+    """What the listing found: the runtimes' binaries, and the text of each config or CDI spec by path."""
+
+    binaries: tuple[str, ...] = ()
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def docker(self) -> bool:
+        return any(b.endswith("/dockerd") for b in self.binaries)
+
+    @property
+    def containerd(self) -> bool:
+        return any(b.endswith("/containerd") for b in self.binaries)
+
+    def cdi_specs(self) -> dict[str, str]:
+        return {p: t for p, t in self.files.items() if p.startswith(("/etc/cdi/", "/var/run/cdi/"))}
+
+
+def parse_container_files(text: str) -> ContainerFiles:
+    binaries: list[str] = []
+    bodies: dict[str, list[str]] = {}
+    current: Optional[str] = None
+    for line in text.splitlines():
+        if line.startswith(MARKER) and line[len(MARKER):].startswith("/"):
+            path = line[len(MARKER):].strip()
+            if path.rsplit("/", 1)[-1] in ("dockerd", "containerd"):
+                binaries.append(path)
+                current = None
+            else:
+                current = path
+                bodies[path] = []
+            continue
+        if current is not None:
+            bodies[current].append(line)
+    return ContainerFiles(tuple(binaries), {p: "\n".join(lines).strip("\n") + "\n" for p, lines in bodies.items()})
+
+
+@dataclass(frozen=True)
+class CdiList:
+    gpu_names: tuple[str, ...] = ()
+    mig_names: tuple[str, ...] = ()
+    found: Optional[int] = None
+
+    @property
+    def gpu_indices(self) -> tuple[int, ...]:
+        """The whole-GPU devices by index (``nvidia.com/gpu=3``); UUID names and ``all`` are aliases."""
+        return tuple(sorted(int(n) for n in self.gpu_names if n.isdigit()))
+
+
+def parse_cdi_list(stdout: str, stderr: str = "") -> CdiList:
+    gpus: list[str] = []
+    migs: list[str] = []
+    found = None
+    for line in (stdout + "\n" + stderr).splitlines():
+        line = line.strip()
+        match = _FOUND.search(line)
+        if match:
+            found = int(match.group(1))
+            continue
+        match = _CDI_DEVICE.match(line)
+        if match:
+            (gpus if match.group(1).endswith("gpu") else migs).append(match.group(2))
+    return CdiList(tuple(gpus), tuple(migs), found)
+
+
+def docker_nvidia(text: str) -> tuple[Optional[bool], str]:
+    """(whether daemon.json sets up NVIDIA GPUs, how); None when the file is not JSON."""
+    try:
+        config: Any = json.loads(text) if text.strip() else {}
+    except ValueError:
+        return None, "daemon.json is not valid JSON (docker refuses to start)"
+    if not isinstance(config, dict):
+        return None, "daemon.json is not a JSON object"
+    runtimes = config.get("runtimes")
+    if isinstance(runtimes, dict) and "nvidia" in runtimes:
+        default = config.get("default-runtime")
+        return True, "runtimes.nvidia" + (f", default-runtime {default}" if default else "")
+    features = config.get("features")
+    if isinstance(features, dict) and features.get("cdi") is True:
+        return True, "features.cdi (CDI devices)"
+    return False, "no nvidia runtime and CDI not enabled"
+
+
+def containerd_nvidia(text: str) -> tuple[bool, str]:
+    """Whether containerd's config.toml has the nvidia runtime (or CDI enabled for the CRI plugin)."""
+    if re.search(r"^\s*\[plugins\.[^\]]*runtimes\.nvidia\]", text, re.M):
+        return True, "runtimes.nvidia"
+    if re.search(r"^\s*enable_cdi\s*=\s*true", text, re.M):
+        return True, "enable_cdi = true"
+    return False, "no nvidia runtime and CDI not enabled"
+
+
+def spec_driver(text: str) -> Optional[str]:
+    """The driver version a CDI spec was generated for (its libcuda.so.<version> mount)."""
+    match = _LIBCUDA.search(text)
+    return match.group(1) if match else None

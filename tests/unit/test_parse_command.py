@@ -13,9 +13,12 @@ from click.testing import CliRunner
 from nvdeploy.cli import cli
 
 REAL = Path(__file__).parent.parent / "fixtures" / "real"
-FILES = sorted(p for p in REAL.glob("*/*") if p.is_file() and p.suffix != ".tsv")
 FOLDER_FORMAT = {"dcgmi-diag-json": "dcgmi-diag", "dcgmi-diag-text": "dcgmi-diag", "nvvs": "dcgmi-diag",
                  "xid-logs": "kmsg"}
+# The folders of `parse` formats (other folders hold captures of collectors `parse` does not read).
+PARSE_FOLDERS = {*FOLDER_FORMAT, "nvidia-smi-xml", "nvidia-smi-text", "nvidia-smi-csv", "nvidia-smi-topo",
+                 "nvidia-smi-nvlink", "dcgmi-discovery", "nccl-tests", "ibstat", "fragments"}
+FILES = sorted(p for p in REAL.glob("*/*") if p.is_file() and p.suffix != ".tsv" and p.parent.name in PARSE_FOLDERS)
 FRAGMENTS = REAL / "fragments"  # pasted pieces, named "<format>-..."
 
 

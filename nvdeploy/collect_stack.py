@@ -16,6 +16,10 @@ under its own timeout.
   /etc/docker/daemon.json, /etc/containerd/config.toml and the CDI spec folders /etc/cdi, /var/run/cdi
   (listed and printed); missing paths are named on stderr. Timeout 20 s.
 - ``cdi_list``: ``nvidia-ctk cdi list``, the CDI devices the container toolkit resolves. Timeout 30 s.
+- ``container_run``: ``docker run --rm --pull=never --gpus all IMAGE nvidia-smi -L`` with the host var
+  ``container_image`` (an image already on the node; never pulled), timeout 300 s (host var ``container_timeout``);
+  ``true`` on hosts without an image. In the light batch: it takes seconds, runs beside the others, and only lists
+  the GPUs (no load on a busy node), so it needs neither the busy guard nor a round trip of its own.
 
 Importing this module registers them (the check modules import it).
 """
@@ -33,12 +37,15 @@ from nvdeploy.stack_commands import (  # noqa: F401  re-exported for the checks 
     MPS_LOG_DEFAULT,
     MPS_PIPE_DEFAULT,
     MPS_SCRIPT,
+    docker_run_argv,
 )
 
 CUDA_TOOLKITS = "cuda_toolkits"
 MPS_CONTROL = "mps_control"
 CONTAINER_FILES = "container_files"
 CDI_LIST = "cdi_list"
+CONTAINER_RUN = "container_run"
+CONTAINER_RUN_TIMEOUT_S = 300.0
 
 
 def mps_dirs(host_vars: Mapping[str, Any]) -> tuple[str, str]:
@@ -50,6 +57,11 @@ def mps_dirs(host_vars: Mapping[str, Any]) -> tuple[str, str]:
 def build_mps(host_vars: Mapping[str, Any], profile: Any) -> tuple[str, ...]:
     pipe, log = mps_dirs(host_vars)
     return ("sh", "-c", MPS_SCRIPT, MPS_HELPER, pipe, log)
+
+
+def build_container_run(host_vars: Mapping[str, Any], profile: Any) -> tuple[str, ...]:
+    image = host_vars.get("container_image")
+    return docker_run_argv(str(image)) if image else ("true",)
 
 
 def _register(collector: Collector) -> Collector:
@@ -68,3 +80,7 @@ CONTAINER = _register(Collector(
     description="docker/containerd binaries, daemon.json, containerd config.toml and the CDI specs"))
 CDI = _register(Collector(
     CDI_LIST, CDI_LIST_ARGV, 30.0, description="the CDI devices the NVIDIA container toolkit sees (nvidia-ctk)"))
+CONTAINER_SMOKE = _register(Collector(
+    CONTAINER_RUN, ("true",), CONTAINER_RUN_TIMEOUT_S, build=build_container_run,
+    timeout_var="container_timeout",
+    description="docker run --gpus all IMAGE nvidia-smi -L (host var container_image)"))

@@ -97,6 +97,10 @@ VAR_SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
                      "an absolute path (CUDA_MPS_PIPE_DIRECTORY; default /tmp/nvidia-mps)"),
     "mps_log_dir": (lambda v: isinstance(v, str) and v.startswith("/"),
                     "an absolute path (CUDA_MPS_LOG_DIRECTORY; default /var/log/nvidia-mps)"),
+    "container_image": (lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}", v)
+                        is not None,
+                        "an image reference already on the node, e.g. \"nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04\""),
+    "container_timeout": (_is_positive_number, "a positive number of seconds (hard limit of the docker run test)"),
 }
 
 

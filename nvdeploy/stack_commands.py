@@ -29,3 +29,8 @@ CONTAINER_FIND_ARGV = (
     ")", "-printf", MARKER_FORMAT, "-exec", "cat", "{}", ";",
 )
 CDI_LIST_ARGV = ("nvidia-ctk", "cdi", "list")
+
+
+def docker_run_argv(image: str) -> tuple[str, ...]:
+    """The container smoke test: the node's own copy of ``image`` (never pulled) lists the GPUs it is given."""
+    return ("docker", "run", "--rm", "--pull=never", "--gpus", "all", image, "nvidia-smi", "-L")

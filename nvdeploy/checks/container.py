@@ -6,10 +6,11 @@ import nvdeploy.collect_stack  # noqa: F401  registers the collectors named belo
 from nvdeploy.checks.common import SMI, smi_gate, version_tuple
 from nvdeploy.checks.gating import first_line, raw_gate
 from nvdeploy.checks.registry import NodeContext, register
-from nvdeploy.collect_stack import CDI_LIST, CONTAINER_FILES
+from nvdeploy.collect_stack import CDI_LIST, CONTAINER_FILES, CONTAINER_RUN
 from nvdeploy.parsers.container import (
     containerd_nvidia,
     docker_nvidia,
+    docker_run_gpus,
     parse_cdi_list,
     parse_container_files,
     spec_driver,
@@ -107,3 +108,58 @@ def container_runtime(ctx: NodeContext) -> list[Finding]:
     return [ctx.finding("container.runtime", Verdict.PASS,
                         f"container toolkit sees all {len(want)} GPUs (CDI); {', '.join(configured)}",
                         observed=observed, expected=expected, collector=CDI_LIST)]
+
+
+@register("container.gpu_run", collectors=(CONTAINER_RUN, SMI))
+def container_gpu_run(ctx: NodeContext) -> list[Finding]:
+    """On hosts with ``container_image`` (an image already on the node), runs ``docker run --rm --pull=never --gpus
+    all IMAGE nvidia-smi -L`` in the node's batch under its own timeout, 300 s (host var ``container_timeout``);
+    level ``standard``.
+
+    PASS: the container lists every GPU the driver has, by UUID. FAIL (TUNE) when docker cannot hand GPUs to the
+    container (``could not select device driver "" with capabilities: [[gpu]]``: the NVIDIA container toolkit is
+    missing or docker was not restarted after ``nvidia-ctk runtime configure``), when the container sees fewer or
+    other GPUs, or when docker fails otherwise (the first error line; INVESTIGATE when the image is not on the node
+    or the daemon is down). ERROR: docker missing (exit 127), the run hung (killed at the timeout), or output that
+    is not ``nvidia-smi -L``. SKIP: no ``container_image`` for this host.
+    """
+    image = ctx.host_vars.get("container_image")
+    if not image:
+        return [ctx.finding("container.gpu_run", Verdict.SKIP, "no container image to test (host var container_image)")]
+    gated = raw_gate(ctx, "container.gpu_run", CONTAINER_RUN, "docker", "install docker (and nvidia-container-toolkit)")
+    if gated:
+        return gated
+    result = ctx.results[CONTAINER_RUN]
+    gated = smi_gate(ctx, "container.gpu_run")
+    if gated:
+        return gated
+    want = {g.uuid: g.index for g in ctx.facts["smi"].gpus if getattr(g, "uuid", None)}
+    seen = docker_run_gpus(result.text)
+    if result.rc != 0:
+        text = (result.err_text + "\n" + result.text).strip()
+        first = next((line.strip() for line in text.splitlines() if "Error" in line or "error" in line),
+                     (text.splitlines() or [f"exit {result.rc}"])[0])[:240]
+        if "could not select device driver" in text:
+            why = (f"docker cannot give the container GPUs ({first}): install nvidia-container-toolkit, run "
+                   "nvidia-ctk runtime configure --runtime=docker and restart docker")
+            return [ctx.finding("container.gpu_run", Verdict.FAIL, why, observed=first, expected="every GPU",
+                                remediation=Remediation.TUNE, collector=CONTAINER_RUN)]
+        remedy = Remediation.INVESTIGATE
+        return [ctx.finding("container.gpu_run", Verdict.FAIL, f"docker run {image} failed (exit {result.rc}): {first}",
+                            observed=first, expected="every GPU", remediation=remedy, collector=CONTAINER_RUN)]
+    if not seen:
+        return [ctx.finding("container.gpu_run", Verdict.ERROR,
+                            f"the container printed no GPU list: {first_line(ctx, CONTAINER_RUN) or 'no output'}",
+                            reason=ErrorReason.UNPARSEABLE, collector=CONTAINER_RUN)]
+    missing = sorted(want[u] for u in set(want) - set(seen))
+    extra = sorted(set(seen) - set(want))
+    if missing or extra:
+        detail = ", ".join(x for x in (f"missing GPU {missing}" if missing else "",
+                                       f"unknown UUID {extra}" if extra else "") if x)
+        return [ctx.finding("container.gpu_run", Verdict.FAIL,
+                            f"the container sees {len(seen)} of the driver's {len(want)} GPUs ({detail})",
+                            observed=len(seen), expected=len(want), remediation=Remediation.TUNE,
+                            collector=CONTAINER_RUN)]
+    return [ctx.finding("container.gpu_run", Verdict.PASS,
+                        f"docker run --gpus all {image}: nvidia-smi -L lists all {len(want)} GPUs",
+                        observed=len(seen), expected=len(want), collector=CONTAINER_RUN)]

@@ -126,3 +126,16 @@ def spec_driver(text: str) -> Optional[str]:
     """The driver version a CDI spec was generated for (its libcuda.so.<version> mount)."""
     match = _LIBCUDA.search(text)
     return match.group(1) if match else None
+
+
+_SMI_L = re.compile(r"^GPU (\d+): .*\(UUID: (GPU-[0-9a-fA-F-]+)\)\s*$")
+
+
+def docker_run_gpus(text: str) -> dict[str, int]:
+    """UUID -> index of the GPUs ``nvidia-smi -L`` listed inside the container (MIG lines are ignored)."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        match = _SMI_L.match(line.strip())
+        if match:
+            out[match.group(2)] = int(match.group(1))
+    return out

@@ -15,7 +15,10 @@ client (``nvidia-cuda-mps-control``), with their faults.
 Faults: ``cuda_toolkit:<X.Y.Z>`` (one more toolkit, /usr/local/cuda-X.Y), ``cuda_compat:<X.Y>`` (the cuda-compat
 package in /usr/local/cuda-X.Y/compat, its libcuda of the latest X.Y release, ``COMPAT_LIBCUDA``),
 ``cuda_none`` (no toolkit), ``mps_running`` (the control daemon runs), ``mps_missing`` (the control tool is not
-installed: exit 127).
+installed: exit 127); ``container_ready``, ``cdi_stale``, ``cdi_short``, ``ctk_missing``, ``image_missing`` (the
+container runtime, below). ``docker`` answers only ``docker run --rm --pull=never --gpus all IMAGE nvidia-smi -L``:
+exit 127 without a docker package, the real "could not select device driver" error (exit 125) without the NVIDIA
+container toolkit, "No such image" with ``image_missing``, else the node's ``nvidia-smi -L``.
 """
 
 from __future__ import annotations
@@ -102,6 +105,7 @@ _CONTAINER_FAULTS = {
     "container_ready": "docker installed, /etc/docker/daemon.json with the nvidia runtime, a CDI spec for the driver",
     "cdi_stale": "like container_ready, but the CDI spec was generated for driver 535.161.08 (before an update)",
     "cdi_short": "like container_ready, but the CDI spec lacks the last GPU (generated while it was missing)",
+    "ctk_missing": "like container_ready, but the NVIDIA container toolkit is not installed (no nvidia-ctk, no hook)",
 }
 for _name, _doc in _CONTAINER_FAULTS.items():
     register_fault(_name, _doc)
@@ -136,6 +140,8 @@ def _container_baseline(scenario: NodeScenario, state: object) -> None:
     driver = STALE_CDI_DRIVER if scenario.has("cdi_stale") else st.driver_versions(scenario)[0]
     count = scenario.hardware.gpu.count - (1 if scenario.has("cdi_short") else 0)
     state.files["/etc/cdi/nvidia.yaml"] = cdi_spec(scenario, driver, count)  # type: ignore[attr-defined]
+    if scenario.has("ctk_missing"):
+        state.packages.pop("nvidia-container-toolkit", None)  # type: ignore[attr-defined]
 
 
 def _register_state_hooks() -> None:
@@ -176,6 +182,31 @@ def container_find_output(scenario: NodeScenario) -> tuple[str, str]:
         else:
             err.append(f"find: '{start}': No such file or directory\n")
     return "".join(out), "".join(err)
+
+
+register_fault("image_missing", "the container_image is not on the node (docker run --pull=never finds none)")
+DRIVER_ERROR = 'docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].\n'
+
+
+@register_tool("docker")
+def _docker(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
+    """``docker run --rm --pull=never --gpus all IMAGE nvidia-smi -L`` (the container.gpu_run command line)."""
+    from nvdeploy.sim import state as st
+    from nvdeploy.sim.smi_xml import render_list
+
+    state = st.current(scenario)
+    if not {"docker-ce", "docker.io"} & set(state.packages):
+        return ToolOutput(b"", b"sh: 1: docker: not found\n", 127)
+    if len(args) != 8 or list(args[:5]) != ["run", "--rm", "--pull=never", "--gpus", "all"] \
+            or list(args[6:]) != ["nvidia-smi", "-L"]:
+        return ToolOutput(b"", b"docker: only the container.gpu_run command line is simulated\n", 125)
+    image = args[5]
+    if scenario.has("image_missing"):
+        return ToolOutput(b"", f"Unable to find image '{image}' locally\ndocker: Error response from daemon: No "
+                          f"such image: {image}.\n".encode(), 125)
+    if "nvidia-container-toolkit" not in state.packages:
+        return ToolOutput(b"", DRIVER_ERROR.encode(), 125)
+    return ToolOutput(render_list(node_facts(scenario)).encode())
 
 
 @register_tool("find")

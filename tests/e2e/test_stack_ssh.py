@@ -1,5 +1,6 @@
-"""cuda.compat, gpu.mps and container.runtime over real SSH (OpenSSH on loopback, the simulator's fake find and MPS control on each
-node's PATH; the MPS collector's ``sh -c`` pipe runs in the node's real shell)."""
+"""cuda.compat, gpu.mps, container.runtime and container.gpu_run over real SSH (OpenSSH on loopback, the
+simulator's fake find, MPS control, nvidia-ctk and docker on each node's PATH; the MPS collector's ``sh -c`` pipe
+runs in the node's real shell)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from nvdeploy.sim.scenario import NodeScenario
 
 CATALOG = ProfileCatalog()
 PROFILE = CATALOG.get("h100-sxm-8x")
-CHECKS = EngineOptions(checks=("driver.loaded", "cuda.compat", "gpu.mps", "container.runtime"))
+CHECKS = EngineOptions(checks=("driver.loaded", "cuda.compat", "gpu.mps", "container.runtime", "container.gpu_run"))
+IMAGE = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("requires_sshd")]
 
@@ -30,12 +32,14 @@ def test_cuda_compat_and_mps_over_ssh(ssh_cluster_factory, tmp_path: Path):
         scenario("ok"), scenario("newcuda", "cuda_toolkit:13.0.2"),
         scenario("fwdcompat", "cuda_toolkit:13.0.2", "cuda_compat:13.0"), scenario("minor", "cuda_toolkit:12.8.1"),
         scenario("mpsup", "mps_running"), scenario("mpsdown"), scenario("mpsgone", "mps_missing"),
-        scenario("ctr", "container_ready"), scenario("stale", "cdi_stale"), scenario("bare_docker", "docker")])
+        scenario("ctr", "container_ready"), scenario("stale", "cdi_stale"), scenario("bare_docker", "docker"),
+        scenario("noctk", "ctk_missing")])
     mps = {"mps": True}
     path = tmp_path / "ssh.yaml"
     path.write_text(cluster.inventory_yaml(
         profile="h100-sxm-8x", command_timeout=120,
-        extra_host_vars={"mpsup": {**mps, "mps_pipe_dir": "/run/nvidia mps"}, "mpsdown": mps, "mpsgone": mps}))
+        extra_host_vars={"mpsup": {**mps, "mps_pipe_dir": "/run/nvidia mps"}, "mpsdown": mps, "mpsgone": mps,
+                         "ctr": {"container_image": IMAGE}, "noctk": {"container_image": IMAGE}}))
     outcome = run_validate(load_inventory(path, CATALOG), CATALOG, CHECKS, tmp_path / "reports")
     found = {(n.name, f.check): f for n in outcome.run.nodes for f in n.findings}
 
@@ -65,6 +69,13 @@ def test_cuda_compat_and_mps_over_ssh(ssh_cluster_factory, tmp_path: Path):
     assert stale.verdict is Verdict.FAIL and "generated for driver 535.161.08" in stale.summary
     unset = found[("bare_docker", "container.runtime")]
     assert unset.verdict is Verdict.FAIL and "nvidia-ctk runtime configure --runtime=docker" in unset.summary
+
+    assert found[("ok", "container.gpu_run")].verdict is Verdict.SKIP  # no image named
+    run = found[("ctr", "container.gpu_run")]
+    assert run.verdict is Verdict.PASS and run.observed == 8
+    noctk = found[("noctk", "container.gpu_run")]
+    assert noctk.verdict is Verdict.FAIL and "could not select device driver" in noctk.summary
+    assert found[("noctk", "container.runtime")].reason is ErrorReason.TOOL_MISSING  # no nvidia-ctk
 
     # Evidence: the raw listing and the daemon's own words, as the node printed them.
     evidence = outcome.run_dir / "evidence"

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from _catalog_helpers import CATALOG, context, result, run_check, sim_check, sim_results, timed_out
 
-from nvdeploy.collect_stack import CDI_LIST, CONTAINER_FILES
+from nvdeploy.collect import specs_for
+from nvdeploy.collect_stack import CDI_LIST, CONTAINER_FILES, CONTAINER_RUN
 from nvdeploy.parsers.container import (
     containerd_nvidia,
     docker_nvidia,
@@ -17,6 +18,7 @@ from nvdeploy.parsers.container import (
 )
 from nvdeploy.results import ErrorReason, Remediation, Verdict
 from nvdeploy.sim.scenario import NodeScenario
+from nvdeploy.sim.tools import run_tool
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "container"
 CHECK = "container.runtime"
@@ -102,3 +104,54 @@ def test_missing_or_hung_tools_are_error():
                          ErrorReason.UNPARSEABLE)):
         finding = only(run_check(CHECK, context({**base, CDI_LIST: cdi})))
         assert (finding.verdict, finding.reason) == (Verdict.ERROR, reason)
+
+
+# --- container.gpu_run ---------------------------------------------------------------------------------------------
+
+IMAGE = {"container_image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"}
+RUN = "container.gpu_run"
+
+
+def test_gpu_run_skips_without_an_image_and_runs_true():
+    assert only(sim_check(RUN)).verdict is Verdict.SKIP
+    [spec] = specs_for([CONTAINER_RUN], {}, heavy=False)
+    assert spec.argv == ("true",)
+    [spec] = specs_for([CONTAINER_RUN], {**IMAGE, "container_timeout": 42}, heavy=False)
+    assert spec.argv == ("docker", "run", "--rm", "--pull=never", "--gpus", "all", IMAGE["container_image"],
+                         "nvidia-smi", "-L") and spec.timeout_s == 42
+
+
+def test_gpu_run_passes_when_the_container_sees_every_gpu():
+    finding = only(sim_check(RUN, "container_ready", host_vars=IMAGE))
+    assert finding.verdict is Verdict.PASS and finding.observed == 8
+
+
+def test_real_no_toolkit_error_fails_with_the_fix():
+    scenario = NodeScenario("n", CATALOG.get("h100-sxm-8x"))
+    smi = sim_results(scenario, ["nvidia_smi_xml"])
+    err = (REAL / "docker-run-gpus-no-toolkit.stderr").read_text()
+    finding = only(run_check(RUN, context({**smi, CONTAINER_RUN: result(CONTAINER_RUN, rc=125, stderr=err)},
+                                          host_vars=IMAGE)))
+    assert finding.verdict is Verdict.FAIL and finding.remediation is Remediation.TUNE
+    assert "nvidia-ctk runtime configure --runtime=docker" in finding.summary
+    assert only(sim_check(RUN, "ctk_missing", host_vars=IMAGE)).verdict is Verdict.FAIL
+
+
+def test_container_seeing_fewer_gpus_fails_naming_them():
+    scenario = NodeScenario("n", CATALOG.get("h100-sxm-8x"))
+    smi = sim_results(scenario, ["nvidia_smi_xml"])
+    full = run_tool(scenario, ["nvidia-smi", "-L"]).stdout.decode()
+    seven = "".join(full.splitlines(keepends=True)[:7])
+    finding = only(run_check(RUN, context({**smi, CONTAINER_RUN: result(CONTAINER_RUN, seven)}, host_vars=IMAGE)))
+    assert finding.verdict is Verdict.FAIL and "missing GPU [7]" in finding.summary
+
+
+def test_gpu_run_errors_and_image_missing():
+    assert only(sim_check(RUN, host_vars=IMAGE)).reason is ErrorReason.TOOL_MISSING  # no docker
+    assert only(sim_check(RUN, "container_ready", "hang", host_vars=IMAGE)).reason is ErrorReason.TIMEOUT
+    missing = only(sim_check(RUN, "container_ready", "image_missing", host_vars=IMAGE))
+    assert missing.verdict is Verdict.FAIL and "No such image" in missing.summary
+    scenario = NodeScenario("n", CATALOG.get("h100-sxm-8x"))
+    smi = sim_results(scenario, ["nvidia_smi_xml"])
+    odd = only(run_check(RUN, context({**smi, CONTAINER_RUN: result(CONTAINER_RUN, "hello\n")}, host_vars=IMAGE)))
+    assert (odd.verdict, odd.reason) == (Verdict.ERROR, ErrorReason.UNPARSEABLE)

@@ -113,3 +113,28 @@ def test_without_working_sudo_nothing_is_changed(ssh_cluster_factory, tmp_path):
     assert "requires a password" in sudo.summary
     assert outcome.exit_code == 3
     assert not [c for c in node_log(cluster, "gpu01") if c["mutates"]]
+
+
+@pytest.mark.timeout(600)
+def test_a_node_with_cuda_keyring_over_ssh_reuses_its_repository_reaches_ready_and_a_second_run_changes_nothing(
+        ssh_cluster_factory, tmp_path):
+    cluster = ssh_cluster_factory([scenario("gpu01", "bare", "cuda_keyring", "dpkg_locked", "docker",
+                                            "sudo_nopasswd")])
+    inv = inventory(cluster, tmp_path)
+    first = run_all(inv, CATALOG, PhaseOptions(), tmp_path / "reports", resolve_playbook(None, "run"))
+    assert first.run.verdict is ClusterVerdict.READY, [f for n in first.run.nodes for f in n.findings
+                                                       if f.verdict not in (Verdict.PASS, Verdict.SKIP)]
+    install = next(p for p in first.run.phases if p["phase"] == "install")
+    steps = {s["step"]: s for n in install["nodes"] for s in n["steps"]}
+    assert steps["repo"]["status"] == "ok" and "cuda-ubuntu2204-x86_64.list" in steps["repo"]["message"]
+    saved = state.read_file_state(cluster.node("gpu01").home)[0]
+    assert saved is not None and "/etc/apt/sources.list.d/nvdeploy-nvidia.list" not in saved.files
+    assert "datacenter-gpu-manager-4-core" in saved.packages
+    assert '"nvidia"' in saved.files["/etc/docker/daemon.json"] and "/etc/cdi/nvidia.yaml" in saved.files
+    log = node_log(cluster, "gpu01")
+    assert all("DPkg::Lock::Timeout=600" in c["argv"] for c in log if c["mutates"] and "apt-get" in c["argv"])
+    mark = len(log)
+    second = run_all(inv, CATALOG, PhaseOptions(), tmp_path / "reports", resolve_playbook(None, "run"))
+    assert second.run.verdict is ClusterVerdict.READY
+    assert [p.counts()["changed"] for p in second.phases] == [0, 0]
+    assert not [c for c in node_log(cluster, "gpu01")[mark:] if c["mutates"]]

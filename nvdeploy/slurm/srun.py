@@ -189,6 +189,9 @@ class SrunPool:
         why = f" ({facts.reason})" if facts.reason else ""
         if facts.short_state in _UNUSABLE:
             return ErrorReason.UNREACHABLE, f"Slurm cannot start a task on {node}: node is {facts.short_state}{why}"
+        if "NOT_RESPONDING" in facts.flags:
+            return ErrorReason.UNREACHABLE, (f"Slurm cannot start a task on {node}: slurmd is not responding "
+                                             f"({facts.short_state}*){why}")
         if facts.busy and self.options.exclusive:
             return ErrorReason.BUSY, (f"Slurm shows jobs on {node} (node {facts.short_state}): an exclusive srun "
                                       "step cannot start there (wait for them with --maintenance --wait-drain, or "

@@ -24,6 +24,7 @@ from nvdeploy.slurm.source import FACTS_VAR
 ACTIONS_CHECK = "slurm.actions"
 BUSY_VAR = "slurm_busy"
 HEAVY_LEVELS = ("standard", "full")
+REOPEN_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -120,11 +121,19 @@ class SlurmWindow:
             if node.drained and is_ours(node.reason) and not node.busy:
                 self.client.resume(name)
                 self.reopened[name] = node.reason
-        if self.reopened:
-            self.notes.append(f"resumed inside the reservation for validation (drained earlier by nvdeploy): "
-                              f"{', '.join(self.reopened)}")
-            return self._refresh()
-        return nodes
+        if not self.reopened:
+            return nodes
+        self.notes.append(f"resumed inside the reservation for validation (drained earlier by nvdeploy): "
+                          f"{', '.join(self.reopened)}")
+        # A resumed node can show "idle*" (not responding) until slurmd answers the controller's next ping, and
+        # srun cannot allocate it then: wait for it (bounded) so one such node does not fail the whole step.
+        deadline = time.monotonic() + REOPEN_WAIT_S
+        while True:
+            nodes = self._refresh()
+            waiting = [n for n in self.reopened if "NOT_RESPONDING" in nodes[n].flags]
+            if not waiting or time.monotonic() > deadline:
+                return nodes
+            time.sleep(1.0)
 
     def _settle_reopened(self, actions: list[Action]) -> list[Action]:
         """A reopened node that passed stays resumed; one that did not is drained again (new or old reason)."""

@@ -132,3 +132,16 @@ def test_scheduler_gone_after_validation_is_error_and_exit_3() -> None:
     assert finding.verdict is Verdict.ERROR and "Unable to contact slurm controller" in finding.summary
     assert exit_code(1, failed) == 3 and exit_code(0, failed) == 3 and exit_code(130, failed) == 130
     assert exit_code(1, False) == 1
+
+
+def test_gres_count_against_the_profile() -> None:
+    from nvdeploy.slurm.findings import gres_finding
+
+    ok = gres_finding(SlurmNode("g1", "idle", gres="gpu:h100:8(S:0-1)"), 8, "h100-sxm-8x@1")
+    assert ok.verdict is Verdict.PASS and ok.summary == "Slurm's GRES gpu:h100:8(S:0-1): 8 GPUs (h100), as the " \
+                                                         "profile expects"
+    short = gres_finding(SlurmNode("g1", "idle", gres="gpu:h100:7"), 8)
+    assert (short.verdict, short.observed, short.expected) == (Verdict.FAIL, 7, 8)
+    none = gres_finding(SlurmNode("g1", "idle", gres=""), 8)
+    assert none.verdict is Verdict.FAIL and "no GPU GRES" in none.summary
+    assert gres_finding(SlurmNode("g1", "idle", gres="gpu:8"), None).verdict is Verdict.SKIP

@@ -101,6 +101,9 @@ VAR_SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
                         is not None,
                         "an image reference already on the node, e.g. \"nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04\""),
     "container_timeout": (_is_positive_number, "a positive number of seconds (hard limit of the docker run test)"),
+    # Power roll-up (nvdeploy/checks/power.py).
+    "rack": (lambda v: isinstance(v, str) and v != "", "a rack name (string) for the power roll-up"),
+    "rack_power_budget_w": (_is_positive_number, "a positive number of watts (the rack's budget for GPU power)"),
 }
 
 

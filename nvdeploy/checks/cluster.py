@@ -59,4 +59,8 @@ def evaluate_cluster(nodes: Sequence[NodeResult]) -> tuple[list[NodeResult], lis
     for key, check_id, what in VERSION_CONSISTENCY:
         updated, more = version_consistency(updated, key, check_id, what)
         findings.extend(more)
+    # Power per rack and cluster, from the power.node findings (nvdeploy/checks/power.py).
+    from nvdeploy.checks.power import evaluate_power
+
+    findings.extend(evaluate_power(updated))
     return updated, findings

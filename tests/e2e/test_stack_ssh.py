@@ -17,7 +17,8 @@ from nvdeploy.sim.scenario import NodeScenario
 
 CATALOG = ProfileCatalog()
 PROFILE = CATALOG.get("h100-sxm-8x")
-CHECKS = EngineOptions(checks=("driver.loaded", "cuda.compat", "gpu.mps", "container.runtime", "container.gpu_run"))
+CHECKS = EngineOptions(checks=("driver.loaded", "cuda.compat", "gpu.mps", "container.runtime", "container.gpu_run",
+                               "power.node"))
 IMAGE = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("requires_sshd")]
@@ -34,12 +35,13 @@ def test_cuda_compat_and_mps_over_ssh(ssh_cluster_factory, tmp_path: Path):
         scenario("mpsup", "mps_running"), scenario("mpsdown"), scenario("mpsgone", "mps_missing"),
         scenario("ctr", "container_ready"), scenario("stale", "cdi_stale"), scenario("bare_docker", "docker"),
         scenario("noctk", "ctk_missing")])
-    mps = {"mps": True}
+    mps = {"mps": True, "rack": "r1", "rack_power_budget_w": 12000}
     path = tmp_path / "ssh.yaml"
     path.write_text(cluster.inventory_yaml(
         profile="h100-sxm-8x", command_timeout=120,
         extra_host_vars={"mpsup": {**mps, "mps_pipe_dir": "/run/nvidia mps"}, "mpsdown": mps, "mpsgone": mps,
-                         "ctr": {"container_image": IMAGE}, "noctk": {"container_image": IMAGE}}))
+                         "ctr": {"container_image": IMAGE}, "noctk": {"container_image": IMAGE},
+                         "ok": {"rack": "r2", "rack_power_budget_w": 6000}}))
     outcome = run_validate(load_inventory(path, CATALOG), CATALOG, CHECKS, tmp_path / "reports")
     found = {(n.name, f.check): f for n in outcome.run.nodes for f in n.findings}
 
@@ -76,6 +78,12 @@ def test_cuda_compat_and_mps_over_ssh(ssh_cluster_factory, tmp_path: Path):
     noctk = found[("noctk", "container.gpu_run")]
     assert noctk.verdict is Verdict.FAIL and "could not select device driver" in noctk.summary
     assert found[("noctk", "container.runtime")].reason is ErrorReason.TOOL_MISSING  # no nvidia-ctk
+
+    # Power: rack r1 (3 nodes x 8 x 700 W = 16.8 kW) is over its 12 kW budget, r2 (one node, 5.6 kW) is not.
+    budgets = {f.summary.split(" (")[0]: f for f in outcome.run.cluster_findings if f.check == "power.budget"}
+    assert budgets["rack r1"].verdict is Verdict.FAIL and budgets["rack r1"].observed == 16800
+    assert budgets["rack r2"].verdict is Verdict.PASS
+    assert found[("ok", "power.node")].observed["draw_w"] > 0
 
     # Evidence: the raw listing and the daemon's own words, as the node printed them.
     evidence = outcome.run_dir / "evidence"

@@ -1,0 +1,140 @@
+"""Power: each node's GPU power at idle and at the enforced limits, rolled up per rack and cluster against the
+inventory's rack power budgets. The per-GPU limit against the profile stays in clocks.power_limit."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from typing import Any, Optional, Sequence
+
+from nvdeploy.checks.common import SMI, smi_gate, split_gpus
+from nvdeploy.checks.registry import CLUSTER_CHECKS, NodeContext, register
+from nvdeploy.hostrange import fold
+from nvdeploy.results import Finding, NodeResult, Remediation, Verdict
+
+NODE_CHECK = "power.node"
+BUDGET_CHECK = "power.budget"
+CLUSTER_CHECK = "power.cluster"
+NO_RACK = "(no rack)"
+_READINGS = re.compile(r"<(gpu_power_readings|power_readings)>(.*?)</\1>", re.S)
+# Drivers up to 565 print <power_draw>; 570+ (DTD v13) print <instant_power_draw> and <average_power_draw> instead.
+_DRAW_TAGS = ("power_draw", "instant_power_draw", "average_power_draw")
+
+CLUSTER_CHECKS[BUDGET_CHECK] = (
+    "Rolls up the power.node findings by the host var ``rack``: FAIL (TUNE) when a rack's summed GPU power "
+    "limits exceed its ``rack_power_budget_w`` (a group var), PASS otherwise. See ``nvdeploy checks show power.node``.")
+CLUSTER_CHECKS[CLUSTER_CHECK] = (
+    "The cluster's GPU power at idle and at the enforced limits, in kW, per rack and in total (always PASS: a "
+    "record for the report). See ``nvdeploy checks show power.node``.")
+
+
+def idle_draw_w(xml_text: str) -> list[float]:
+    """Each GPU's current board power draw from ``nvidia-smi -q -x`` (``gpu_power_readings`` on drivers >= 535,
+    ``power_readings`` before; the module and memory readings are not the GPU's). A GPU whose draw reads N/A is
+    left out, so the caller can tell the sum is incomplete."""
+    draws = []
+    for _, body in _READINGS.findall(xml_text):
+        for tag in _DRAW_TAGS:
+            match = re.search(rf"<{tag}>\s*([0-9.]+)\s*W\s*</{tag}>", body)
+            if match:
+                draws.append(float(match.group(1)))
+                break
+    return draws
+
+
+def _kw(watts: float) -> str:
+    return f"{watts / 1000:.1f} kW"
+
+
+@register(NODE_CHECK, collectors=(SMI,))
+def power_node(ctx: NodeContext) -> list[Finding]:
+    """Sums the node's GPU power from ``nvidia-smi -q -x``: the enforced power limits (the most the GPUs may
+    draw) and the current draw (idle, when nothing runs). PASS records ``{gpus, limit_w, draw_w, rack,
+    rack_budget_w}`` for the cluster stage; the per-GPU limit against the profile is ``clocks.power_limit``.
+
+    Cluster stage: ``power.budget`` sums the limits of the nodes of each ``rack`` (host var) and FAILs (TUNE:
+    lower the power limits, ``nvidia-smi -pl``, or move nodes) a rack whose sum exceeds its
+    ``rack_power_budget_w`` (inventory var, usually on the rack's group); ``power.cluster`` records kW per rack
+    and for the cluster at idle and at the limits (the report shows it with the cluster findings). ERROR naming a
+    GPU whose limit could not be read (never counted as 0 W); FAIL (ISOLATE) for a lost GPU. SKIP when no GPU
+    reports a power limit.
+    """
+    gated = smi_gate(ctx, NODE_CHECK)
+    if gated:
+        return gated
+    split = split_gpus(ctx, NODE_CHECK, "power limit", ("power_limit_w",), required=False)
+    if split.findings:
+        return split.findings
+    if not split.known:
+        return [ctx.finding(NODE_CHECK, Verdict.SKIP, "GPUs do not report a power limit", collector=SMI)]
+    limit = sum(g.power_limit_w for g in split.known)
+    result = ctx.results.get(SMI)
+    draws = idle_draw_w(result.text) if result is not None and result.ok else []
+    draw: Optional[float] = round(sum(draws), 2) if len(draws) == len(split.known) else None
+    rack = ctx.host_vars.get("rack")
+    budget = ctx.host_vars.get("rack_power_budget_w")
+    observed = {"gpus": len(split.known), "limit_w": round(limit, 2), "draw_w": draw,
+                "rack": str(rack) if rack is not None else None,
+                "rack_budget_w": float(budget) if budget is not None else None}
+    now = f", drawing {draw:g} W now" if draw is not None else ", draw not reported"
+    where = f" (rack {rack})" if rack is not None else ""
+    return [ctx.finding(NODE_CHECK, Verdict.PASS,
+                        f"{len(split.known)} GPUs: power limits {limit:g} W in total{now}{where}",
+                        observed=observed, unit="W", collector=SMI)]
+
+
+def _node_power(node: NodeResult) -> Optional[dict[str, Any]]:
+    for finding in node.findings:
+        if finding.check == NODE_CHECK and finding.verdict is Verdict.PASS and isinstance(finding.observed, dict):
+            return finding.observed
+    return None
+
+
+def evaluate_power(nodes: Sequence[NodeResult]) -> list[Finding]:
+    """The cluster-stage findings (power.budget per rack with a budget, power.cluster); none without power.node."""
+    racks: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    for node in nodes:
+        power = _node_power(node)
+        if power is not None:
+            racks[power.get("rack") or NO_RACK].append((node.name, power))
+    if not racks:
+        return []
+    findings: list[Finding] = []
+    per_rack: dict[str, dict[str, Any]] = {}
+    for rack, members in sorted(racks.items()):
+        limit = sum(p["limit_w"] for _, p in members)
+        draws = [p["draw_w"] for _, p in members]
+        draw = sum(draws) if all(d is not None for d in draws) else None
+        names = fold([n for n, _ in members])
+        per_rack[rack] = {"nodes": len(members), "gpus": sum(p["gpus"] for _, p in members),
+                          "limit_w": round(limit, 2), "draw_w": round(draw, 2) if draw is not None else None}
+        budgets = sorted({p["rack_budget_w"] for _, p in members if p.get("rack_budget_w") is not None})
+        if not budgets or rack == NO_RACK:
+            continue
+        budget = budgets[0]  # differing budgets on one rack: the smallest binds
+        note = f" (budgets differ: {', '.join(f'{b:g}' for b in budgets)} W; the smallest applies)" \
+            if len(budgets) > 1 else ""
+        text = (f"rack {rack} ({names}): GPU power limits {_kw(limit)} against a budget of {_kw(budget)}"
+                + (f", {_kw(draw)} at idle" if draw is not None else "") + note)
+        if limit > budget:
+            over = limit - budget
+            findings.append(Finding(BUDGET_CHECK, Verdict.FAIL, f"{text}: {over:g} W over; lower the GPU power limits "
+                                    "(nvidia-smi -pl) or move nodes", observed=round(limit, 2),
+                                    expected=f"<= {budget:g}", unit="W", remediation=Remediation.TUNE))
+        else:
+            findings.append(Finding(BUDGET_CHECK, Verdict.PASS, text, observed=round(limit, 2),
+                                    expected=f"<= {budget:g}", unit="W"))
+    total_limit = sum(r["limit_w"] for r in per_rack.values())
+    draws = [r["draw_w"] for r in per_rack.values()]
+    total_draw = sum(draws) if all(d is not None for d in draws) else None
+    parts = "; ".join(f"{rack}: {_kw(r['limit_w'])} at the limits"
+                      + (f", {_kw(r['draw_w'])} idle" if r["draw_w"] is not None else "")
+                      for rack, r in per_rack.items())
+    findings.append(Finding(CLUSTER_CHECK, Verdict.PASS,
+                            f"cluster GPU power: {_kw(total_limit)} at the limits"
+                            + (f", {_kw(total_draw)} at idle" if total_draw is not None else "")
+                            + f" ({sum(r['gpus'] for r in per_rack.values())} GPUs; {parts})",
+                            observed={"limit_w": round(total_limit, 2),
+                                      "draw_w": round(total_draw, 2) if total_draw is not None else None,
+                                      "racks": per_rack}, unit="W"))
+    return findings

@@ -305,3 +305,17 @@ def test_via_slurm_node_with_a_job_is_busy_and_does_not_hold_up_the_others(slurm
     assert reach["reason"] == "busy" and "exclusive srun step cannot start there" in reach["summary"]
     assert [nodes[n]["verdict"] for n in ("node1", "node3", "node4")] == ["PASS"] * 3
     assert "node2" not in slurm.reasons()  # busy is not a fault: never drained for it
+
+
+def test_via_slurm_standard_level_heavy_batches_run_as_steps_too(slurm: SlurmTestCluster, tmp_path: Path) -> None:
+    slurm.set_faults("node3", ("dcgm_fail:memory",))
+    done = validate(slurm, inventory(tmp_path), tmp_path, "--via", "slurm", "--level", "standard")
+    assert done.returncode == 1, done.stdout + done.stderr
+    data = results(tmp_path)
+    nodes = nodes_of(data)
+    verdicts = {n: {f["check"]: f["verdict"] for f in d["findings"]} for n, d in nodes.items()}
+    assert verdicts["node1"]["dcgm.diag_r2"] == "PASS" and verdicts["node1"]["nccl.all_reduce"] == "PASS"
+    assert verdicts["node3"]["dcgm.diag_r2"] == "FAIL"
+    (phase,) = [p for p in data["phases"] if p["phase"] == "slurm"]
+    steps = [note for note in phase["notes"] if note.startswith("srun step")]
+    assert len(steps) <= 6, steps  # the nodes' batches are gathered: a step per stage, not per node

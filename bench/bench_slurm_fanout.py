@@ -87,7 +87,7 @@ def main(sizes: list[int]) -> None:
     prolog.write_text(f"#!/bin/sh\nmkdir -p {DIR}/lock/$SLURMD_NODENAME\n"
                       f"echo export NVDEPLOY_LOCK_DIR={DIR}/lock/$SLURMD_NODENAME\n")
     prolog.chmod(0o755)
-    env = dict(os.environ, SLURM_TEST_DIR=str(DIR), SLURM_TEST_PORT=str(24000 + (os.getpid() % 50) * 200),
+    env = dict(os.environ, SLURM_TEST_DIR=str(DIR), SLURM_TEST_PORT=str(21000 + (os.getpid() % 50) * 200),
                SLURM_TEST_GPUS="0", SLURM_TEST_EXTRA_CONF=f"TaskProlog={prolog}")
     for n in sizes:
         env["SLURM_TEST_NODES"] = str(n)

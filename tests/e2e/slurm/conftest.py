@@ -29,6 +29,8 @@ def slurm_cluster() -> Iterator[SlurmTestCluster]:
         shutil.rmtree(DIR, ignore_errors=True)
         done = cluster.start()
     if done.returncode != 0:
+        cluster.stop()  # whatever did start (a slurmd that lost its port leaves the others running)
+        shutil.rmtree(DIR, ignore_errors=True)
         message = f"start-slurm.sh failed ({done.returncode}): {done.stderr[-2000:]}"
         if required or have:
             pytest.fail(message)

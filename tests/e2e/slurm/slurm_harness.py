@@ -21,9 +21,10 @@ from typing import Callable, Sequence
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPTS = ROOT / "tests" / "slurm"
 # Per test session, so that two sessions on one machine never share daemons: a short folder (munge's and
-# slurmstepd's unix socket paths must stay under ~107 characters) and ports 200 apart (slurmd use PORT+101..).
+# slurmstepd's unix socket paths must stay under ~107 characters) and ports 200 apart (slurmd use PORT+101..),
+# below Linux's ephemeral range (32768-60999), where an outgoing connection could hold a slurmd's port.
 DIR = Path(os.environ.get("NVDEPLOY_SLURM_TEST_DIR", f"/tmp/nvdsl-{os.getpid()}"))
-PORT = int(os.environ.get("NVDEPLOY_SLURM_TEST_PORT", str(20000 + (os.getpid() % 200) * 200)))
+PORT = int(os.environ.get("NVDEPLOY_SLURM_TEST_PORT", str(20000 + (os.getpid() % 60) * 200)))
 NODES = 4
 PROFILE = "h100-sxm-8x"
 

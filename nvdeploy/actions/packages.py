@@ -76,10 +76,13 @@ def repo_url(ctx: ActionContext, mirror: str) -> str:
     return f"{base}/{ctx.facts['distro_tag']}/{ctx.facts.get('arch') or 'x86_64'}/"
 
 
-def install_cmd(ctx: ActionContext, packages: list[str], timeout_s: float) -> Cmd:
+def install_cmd(ctx: ActionContext, packages: list[str], timeout_s: float, recommends: bool = False) -> Cmd:
+    """An install; ``recommends``: with the recommended / weak dependencies (as NVIDIA's DCGM 4 steps say)."""
     if ctx.os_family() == "apt":
-        return Cmd("install", (*APT_INSTALL, *packages), timeout_s=timeout_s + LOCK_TIMEOUT_S)
-    return Cmd("install", ("dnf", "-y", "install", *packages), timeout_s=timeout_s)
+        argv = (*APT_INSTALL[:-1], "--install-recommends") if recommends else APT_INSTALL
+        return Cmd("install", (*argv, *packages), timeout_s=timeout_s + LOCK_TIMEOUT_S)
+    weak = ("--setopt=install_weak_deps=True",) if recommends else ()
+    return Cmd("install", ("dnf", "-y", *weak, "install", *packages), timeout_s=timeout_s)
 
 
 def remove_cmd(ctx: ActionContext, packages: list[str]) -> Cmd:
@@ -402,7 +405,8 @@ DCGM_LEGACY = "datacenter-gpu-manager"
 class DcgmInstall(Action):
     """DCGM as the profile needs it, started and answering. ``major: 4`` (default): ``datacenter-gpu-manager-4-core``
     plus ``datacenter-gpu-manager-4-cuda<N>``, N the CUDA major of the loaded driver (``nvidia-smi -q -x``), with
-    the legacy 3.x ``datacenter-gpu-manager`` removed first (its files clash); ``major: 3``: the legacy package.
+    their recommended packages, the legacy 3.x ``datacenter-gpu-manager`` removed first (its files clash);
+    ``major: 3``: the legacy package.
     Then ``nvidia-dcgm`` (nv-hostengine) enabled and running, verified by ``dcgmi discovery -l`` listing every GPU
     of the profile."""
 
@@ -451,7 +455,8 @@ class DcgmInstall(Action):
             cmds.append(remove_cmd(ctx, [legacy]))
         missing = [n for n in probe.facts["names"] if f"package {n}" in differing]
         if missing:
-            cmds.append(install_cmd(ctx, missing, float(p["timeout_s"])))
+            # NVIDIA's steps install DCGM 4 with its recommended packages (-4-proprietary: the diag plugins).
+            cmds.append(install_cmd(ctx, missing, float(p["timeout_s"]), recommends=p["major"] == "4"))
         cmds.append(Cmd("enable", ("systemctl", "enable", "--now", "nvidia-dcgm")))
         return cmds
 

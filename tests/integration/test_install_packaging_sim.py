@@ -223,6 +223,7 @@ def test_dcgm_4_core_and_cuda_package_for_the_drivers_cuda_major_running_and_ans
     packages = node().packages
     assert "datacenter-gpu-manager-4-core" in packages and "datacenter-gpu-manager-4-cuda12" in packages
     assert "datacenter-gpu-manager" not in packages
+    assert any("--install-recommends" in a and "datacenter-gpu-manager-4-core" in a for a in argvs())
     assert node().services["nvidia-dcgm"] == [True, True]
     changes = {c["item"]: c["after"] for c in steps(outcome)["dcgm"]["changes"]}
     assert changes["dcgmi discovery -l"] == f"{CATALOG.get(profile).gpu.count} GPUs"

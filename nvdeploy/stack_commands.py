@@ -34,3 +34,10 @@ CDI_LIST_ARGV = ("nvidia-ctk", "cdi", "list")
 def docker_run_argv(image: str) -> tuple[str, ...]:
     """The container smoke test: the node's own copy of ``image`` (never pulled) lists the GPUs it is given."""
     return ("docker", "run", "--rm", "--pull=never", "--gpus", "all", image, "nvidia-smi", "-L")
+
+
+def ib_write_bw_argv(hca: str, gpu: int, server: str = "") -> tuple[str, ...]:
+    """perftest's RDMA write bandwidth with the buffer in GPU ``gpu`` (GPUDirect RDMA): 5 s at 64 KiB messages,
+    Gb/s; the server without an address, the client with the server's."""
+    argv = ("ib_write_bw", "-d", hca, f"--use_cuda={gpu}", "-F", "--report_gbits", "-D", "5")
+    return argv + ((server,) if server else ())

@@ -13,6 +13,6 @@ from nvdeploy.checks import driver, gpu, kmsg, memory, system  # noqa: E402,F401
 # The catalog of issue 4: NVLink, PCIe, fabric manager, InfiniBand, clocks/thermals/MIG, versions, DCGM, nccl-tests.
 from nvdeploy.checks import clocks, dcgm, fabric, ib, nccl, nvlink, pcie, versions  # noqa: E402,F401  isort: skip
 # The GPU stack around the driver (issue 12): CUDA toolkit/driver compatibility, MPS.
-from nvdeploy.checks import container, cuda, mps, power  # noqa: E402,F401  isort: skip
+from nvdeploy.checks import container, cuda, mps, power, rdma  # noqa: E402,F401  isort: skip
 
 __all__ = ["CHECKS", "Check", "NodeContext", "register"]

@@ -21,6 +21,7 @@ from nvdeploy.report import write_reports
 from nvdeploy.results import ErrorReason, Finding, NodeResult, RunResult
 
 MULTINODE_CHECK = next(iter(c for c in CLUSTER_CHECKS if c == "nccl.multinode"))
+GPUDIRECT_CHECK = "rdma.gpudirect"  # nvdeploy/checks/rdma.py, run by nvdeploy/phases/gpudirect.py
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,9 @@ def _execute(header: dict, todo: list[Host], kept: list[NodeResult], recorder: R
             if options.progress is not None:
                 options.progress.stage("cluster stage: multi-node nccl-tests")
             nodes, extra_cluster = _cluster_stage(nodes, all_hosts, catalog, options, recorder, deadline_at)
+        if GPUDIRECT_CHECK in options.checks and interrupt is None:
+            nodes, more = _gpudirect_stage(nodes, all_hosts, catalog, options, recorder, deadline_at)
+            extra_cluster = extra_cluster + more
     finally:
         if options.progress is not None:
             options.progress.end()  # the status line is gone before anything else is printed
@@ -127,6 +131,22 @@ def _cluster_stage(nodes: list[NodeResult], all_hosts: list[Host], catalog: Prof
     before = {n.name: n for n in nodes}
     updated, cluster = run_multinode(nodes, all_hosts, catalog, options, recorder, options.multinode_pattern,
                                      deadline_at)
+    for node in updated:
+        if node is not before.get(node.name):
+            recorder.node_done(node)
+    return updated, cluster
+
+
+def _gpudirect_stage(nodes: list[NodeResult], all_hosts: list[Host], catalog: ProfileCatalog,
+                     options: EngineOptions, recorder: RunRecorder,
+                     deadline_at: Optional[float] = None) -> tuple[list[NodeResult], list[Finding]]:
+    """perftest GPUDirect RDMA pairs (nvdeploy/phases/gpudirect.py); nodes it adds findings to are journaled again."""
+    from nvdeploy.phases.gpudirect import run_gpudirect
+
+    if options.progress is not None:
+        options.progress.stage("cluster stage: GPUDirect RDMA (perftest pairs)")
+    before = {n.name: n for n in nodes}
+    updated, cluster = run_gpudirect(nodes, all_hosts, catalog, options, recorder, deadline_at)
     for node in updated:
         if node is not before.get(node.name):
             recorder.node_done(node)

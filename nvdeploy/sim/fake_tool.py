@@ -31,7 +31,7 @@ FAKE_TOOLS = ("nvidia-smi", "lspci", "dmesg", "journalctl", "dcgmi", "ibstat", "
               # install (nvdeploy/sim/pkgtools.py)
               "nvidia-ctk", "dracut", "update-initramfs", "grep",
               # the GPU stack around the driver (nvdeploy/sim/stack_tools.py)
-              "find", "nvidia-cuda-mps-control", "docker")
+              "find", "nvidia-cuda-mps-control", "docker", "ib_write_bw")
 # Tools simulated only for some first arguments (a shell ``case`` pattern); every other call runs the real program,
 # which the batch script itself needs (``cat`` of its own temp files). name -> (pattern, real program).
 PARTIAL_TOOLS = {"cat": ("/etc/os-release|/proc/sys/kernel/random/boot_id|*nvdeploy*|/etc/modprobe.d/*|/etc/cdi/*"

@@ -209,6 +209,66 @@ def _docker(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
     return ToolOutput(render_list(node_facts(scenario)).encode())
 
 
+# --- perftest (rdma.gpudirect) ------------------------------------------------------------------------------------
+
+register_fault("gpudirect_slow", "ib_write_bw --use_cuda reaches 45% of the IB rate when this node takes part (the "
+               "data staged through host memory: no nvidia_peermem / dma-buf)")
+register_fault("perftest_missing", "ib_write_bw is not installed (exit 127)")
+GPUDIRECT_FRACTION = 0.97
+SLOW_FRACTION = 0.45
+_RULE = "-" * 87
+
+
+def _peer_faults(scenario: NodeScenario, address: str) -> tuple[str, ...]:
+    for peer, faults in scenario.peers:
+        if peer == address:
+            return faults
+    return ()
+
+
+def perftest_text(scenario: NodeScenario, hca: str, gpu: int, bw: float) -> str:
+    """``ib_write_bw --use_cuda -F --report_gbits -D 5`` as perftest 4.5 prints it (the client's side)."""
+    facts = node_facts(scenario)
+    name = facts.gpus[gpu].product_name if gpu < len(facts.gpus) else "unknown"
+    bus = facts.gpus[gpu].bus if gpu < len(facts.gpus) else 0
+    iterations = int(bw * 1e9 / 8 / 65536 * 5)
+    lines = [_RULE, "initializing CUDA", "Listing all CUDA devices in system:",
+             f"CUDA device {gpu}: PCIe address is {bus:02X}:00", "", f"Picking device No. {gpu}",
+             f"[pid = 4101, dev = {gpu}] device name = [{name}]", "creating CUDA Ctx", "making it the current CUDA Ctx",
+             "cuMemAlloc() of a 131072 bytes GPU buffer",
+             "allocated GPU buffer address at 00007f3dfa600000 pointer=0x7f3dfa600000", _RULE,
+             "                    RDMA_Write BW Test",
+             f" Dual-port       : OFF          Device         : {hca}",
+             " Number of qps   : 1            Transport type : IB",
+             " Connection type : RC           Using SRQ      : OFF",
+             " TX depth        : 128", " CQ Moderation   : 100", " Mtu             : 4096[B]",
+             " Link type       : IB", " Max inline data : 0[B]", " rdma_cm QPs     : OFF",
+             " Data ex. method : Ethernet", _RULE,
+             " local address: LID 0x12 QPN 0x00c6 PSN 0x2986aa RKey 0x1fff00 VAddr 0x007f3dfa610000",
+             " remote address: LID 0x0f QPN 0x00c7 PSN 0xa0ef83 RKey 0x1ffe00 VAddr 0x007f9a21e10000", _RULE,
+             " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]",
+             f" 65536      {iterations:<16d} 0.00               {bw:<18.2f} {bw * 1e9 / 8 / 65536 / 1e6:.6f}",
+             _RULE, "deallocating RX GPU buffer 00007f3dfa600000", "destroying current CUDA Ctx"]
+    return "\n".join(lines) + "\n"
+
+
+@register_tool("ib_write_bw")
+def _ib_write_bw(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
+    """Server (no address) or client (the server's address last); both sides print the table."""
+    if scenario.has("perftest_missing"):
+        return ToolOutput(b"", b"sh: 1: ib_write_bw: not found\n", 127)
+    args = list(args)
+    hca = args[args.index("-d") + 1] if "-d" in args and args.index("-d") + 1 < len(args) else "mlx5_0"
+    gpu = next((int(a.split("=", 1)[1]) for a in args if a.startswith("--use_cuda=")), 0)
+    server = args[-1] if args and not args[-1].startswith("-") and args[-2:-1] != ["-D"] else None
+    ib = scenario.hardware.extra.get("ib") or {}
+    rate = float(ib.get("rate_gbps", 100))
+    slow = scenario.has("gpudirect_slow") or (server is not None and "gpudirect_slow" in _peer_faults(scenario,
+                                                                                                       server))
+    bw = round(rate * (SLOW_FRACTION if slow else GPUDIRECT_FRACTION), 2)
+    return ToolOutput(perftest_text(scenario, hca, gpu, bw).encode())
+
+
 @register_tool("find")
 def _find(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
     if tuple(args) == CUDA_FIND_ARGV[1:]:

@@ -90,3 +90,21 @@ def test_cuda_compat_and_mps_over_ssh(ssh_cluster_factory, tmp_path: Path):
     assert "== /usr/local/cuda-13.0/compat/libcuda.so.580.95.05" in (evidence / "fwdcompat" / "cuda_toolkits.out") \
         .read_text()
     assert "Cannot find MPS control daemon process" in (evidence / "mpsdown" / "mps_control.out").read_text()
+
+
+def test_gpudirect_pairs_over_ssh(ssh_cluster_factory, tmp_path: Path):
+    # Pairs (g1, g2) and (g3, g4) run side by side; g4 is slow as the client, then again when re-tested against
+    # g1, so only g4 is named. perftest's server and client run on different nodes, each under its own timeout.
+    cluster = ssh_cluster_factory([scenario("g1"), scenario("g2"), scenario("g3"), scenario("g4", "gpudirect_slow")])
+    path = tmp_path / "ssh.yaml"
+    path.write_text(cluster.inventory_yaml(profile="h100-sxm-8x", command_timeout=120))
+    outcome = run_validate(load_inventory(path, CATALOG), CATALOG,
+                           EngineOptions(checks=("driver.loaded", "rdma.gpudirect")), tmp_path / "reports",
+                           level="full")
+    verdicts = {n.name: n.verdict for n in outcome.run.nodes}
+    assert verdicts == {"g1": Verdict.PASS, "g2": Verdict.PASS, "g3": Verdict.PASS, "g4": Verdict.FAIL}
+    slow = [f for f in outcome.run.nodes[3].findings if f.check == "rdma.gpudirect"]
+    assert [f.summary.split(":")[0] for f in slow] == ["g3 -> g4", "g1 -> g4"]  # its pair, then the re-test
+    assert all((f.verdict, f.observed, f.expected) == (Verdict.FAIL, 180.0, ">= 320") for f in slow)
+    evidence = sorted((outcome.run_dir / "evidence" / "_cluster").glob("gpudirect_*_g3-g4_client.out"))
+    assert evidence and "BW average[Gb/sec]" in evidence[0].read_text()

@@ -135,7 +135,8 @@ def test_via_slurm_per_node_faults_judged_as_over_ssh(slurm: SlurmTestCluster, t
                       if f["check"] not in ("system.reachable", "slurm.gres"))
 
     for name in faults:
-        assert comparable(over_slurm[name]) == comparable(over_ssh[name]), name
+        slurm_side, ssh_side = comparable(over_slurm[name]), comparable(over_ssh[name])
+        assert slurm_side == ssh_side, (name, sorted(set(slurm_side) ^ set(ssh_side)))
     assert bad_checks(over_slurm["node2"]) >= {"gpu.count"} and over_slurm["node1"]["verdict"] == "PASS"
     print(f"\nfan-out, 4 nodes, quick level, whole CLI run: --via slurm {slurm_s:.2f} s, over SSH {ssh_s:.2f} s")
 

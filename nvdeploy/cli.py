@@ -293,7 +293,12 @@ def checks_list() -> None:
 @click.argument("check_id")
 def checks_show(check_id: str) -> None:
     from nvdeploy.checks import CHECKS
+    from nvdeploy.checks.registry import CLUSTER_CHECKS
 
+    if check_id in CLUSTER_CHECKS and check_id not in CHECKS:
+        # Cluster-stage checks (nccl.multinode, rdma.gpudirect, power.budget ...) run after the nodes.
+        click.echo(f"{check_id}  (cluster stage)\n\n{CLUSTER_CHECKS[check_id]}")
+        return
     if check_id not in CHECKS:
         raise _fail(f"unknown check {check_id!r} (see 'nvdeploy checks list')")
     check = CHECKS[check_id]

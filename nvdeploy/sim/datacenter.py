@@ -33,6 +33,7 @@ nvdeploy/sim/nccl_tool.py):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 
@@ -140,14 +141,19 @@ def _topo(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
     error = _smi_error(scenario)
     if error is not None:
         return error
-    facts = node_facts(scenario)
-    gpus = [f"GPU{g.index}" for g in facts.gpus]
-    count = len(gpus)
+    count = len(node_facts(scenario).gpus)
     hcas, _ = ib_devices(scenario)
+    spec = nvlink_spec(scenario) if scenario.hardware.gpu.nvswitch else None
+    lost = tuple(len(down_links(scenario, i)) for i in range(count))
+    return ToolOutput(_topo_text(count, hcas, spec, lost).encode())
+
+
+@functools.lru_cache(maxsize=256)
+def _topo_text(count: int, hcas: int, nvswitch_links: tuple[int, float] | None, lost: tuple[int, ...]) -> str:
+    """The matrix, rendered once per distinct hardware and NVLink faults (no node name appears in it)."""
+    gpus = [f"GPU{i}" for i in range(count)]
     nics = [f"mlx5_{i}" for i in range(hcas)] + ["mlx5_bond_0" if hcas else "mlx5_0"]
     nic_cols = [f"NIC{i}" for i in range(len(nics))]
-    spec = nvlink_spec(scenario)
-    nvswitch = scenario.hardware.gpu.nvswitch
 
     def gpu_nic_half(nic: int) -> int:
         return _half(nic, hcas) if nic < hcas else 0
@@ -158,9 +164,8 @@ def _topo(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
         kind_r, n_r = row[:3], int(row[3:])
         kind_c, n_c = col[:3], int(col[3:])
         if kind_r == "GPU" and kind_c == "GPU":
-            if spec is not None and nvswitch:
-                lost = len(down_links(scenario, n_r)) + len(down_links(scenario, n_c))
-                return f"NV{spec[0] - lost}"
+            if nvswitch_links is not None:
+                return f"NV{nvswitch_links[0] - lost[n_r] - lost[n_c]}"
             return "NODE" if _half(n_r, count) == _half(n_c, count) else "SYS"
         if kind_r == "NIC" and kind_c == "NIC":
             return "NODE" if gpu_nic_half(n_r) == gpu_nic_half(n_c) else "SYS"
@@ -179,7 +184,7 @@ def _topo(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
         lines.append(row + "\t" + "\t".join(cells))
     text = "\n".join(lines) + "\n" + _LEGEND + "\nNIC Legend:\n\n"
     text += "".join(f"  NIC{i}: {name}\n" for i, name in enumerate(nics))
-    return ToolOutput(text.encode())
+    return text
 
 
 SMI_SUBCOMMANDS["nvlink"] = _nvlink

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import threading
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator, Optional, Sequence
@@ -135,10 +136,12 @@ class RunRecorder:
             if result.stderr:
                 write_evidence_file(folder / f"{base}.err", result.stderr)
             records.append(EvidenceRecord(
-                collector=result.name, command=result.command,
+                # Interned: every node's record of a command has the same command line, and identical outputs
+                # the same digest; a fleet run keeps these records until its reports are written.
+                collector=sys.intern(result.name), command=sys.intern(result.command),
                 path=str(out_path.relative_to(self.run_dir)), rc=result.rc,
                 bytes_total=result.stdout_total or len(result.stdout), truncated=result.truncated,
-                sha256=hashlib.sha256(result.stdout).hexdigest(), duration_s=round(result.duration_s, 3),
+                sha256=sys.intern(hashlib.sha256(result.stdout).hexdigest()), duration_s=round(result.duration_s, 3),
                 error=(result.error.value + (f": {result.error_detail}" if result.error_detail else ""))
                 if result.error else None))
         return records

@@ -84,3 +84,8 @@ def test_cluster_stage_makes_the_run_not_ready(tmp_path):
     assert all(n.verdict is Verdict.PASS for n in outcome.run.nodes)
     nodes, cluster = evaluate_cluster(list(outcome.run.nodes))
     assert {f.check for f in cluster} >= {"power.budget", "power.cluster"}
+    # The report's power block: kW per rack and for the cluster, at the limits and at idle.
+    html = (outcome.run_dir / "report.html").read_text()
+    block = html[html.index('id="power-table"'):]
+    block = block[:block.index("</table>")]
+    assert "<td>r1</td>" in block and "11.2 kW" in block and "<b>cluster</b>" in block

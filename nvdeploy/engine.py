@@ -7,6 +7,7 @@ launching, aborts what runs, and keeps every finished node.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import gc
 import queue
 import threading
 import time
@@ -277,6 +278,9 @@ def _capped(specs: Sequence[CommandSpec], remaining: Optional[float]) -> list[Co
     return [replace(s, timeout_s=limit) if s.timeout_s > limit else s for s in specs]
 
 
+GC_THRESHOLD = 20_000  # allocations between young-generation collections during a run (Python's default: 700)
+
+
 def _finished(finished: queue.SimpleQueue[cf.Future[NodeResult]], wait_s: float) -> list[cf.Future[NodeResult]]:
     """The futures finished so far, waiting up to ``wait_s`` for the first (so Ctrl-C is seen twice a second)."""
     try:
@@ -307,6 +311,10 @@ def run_hosts(hosts: Sequence[Host], runner: NodeRunner, forks: int,
     finished_queue: queue.SimpleQueue[cf.Future[NodeResult]] = queue.SimpleQueue()
     for future in futures:
         future.add_done_callback(finished_queue.put)
+    # Fewer young-generation collections while nodes run: parsing one node allocates tens of thousands of tracked
+    # objects, and at Python's default threshold (700) the collector took ~20% of a 2,000-node run's CPU.
+    thresholds = gc.get_threshold()
+    gc.set_threshold(max(thresholds[0], GC_THRESHOLD), *thresholds[1:])
     try:
         while pending:
             for future in _finished(finished_queue, 0.5):
@@ -335,6 +343,7 @@ def run_hosts(hosts: Sequence[Host], runner: NodeRunner, forks: int,
         raise
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+        gc.set_threshold(*thresholds)
     for host in futures.values():
         if host.name not in results:
             results[host.name] = error_node(host, "system.reachable", "not finished: run interrupted",

@@ -8,10 +8,11 @@ under its own timeout.
   patterns are find's own, quoted word by word. Each toolkit folder is listed too (``== /usr/local/cuda-13.0/``),
   so a folder without a version file (a pip or conda layout) is not missed. GNU find (``-printf``). Timeout 20 s
   (a hung NFS /usr/local is ERROR timeout, never PASS).
-- ``mps_control``: ``echo get_server_list | nvidia-cuda-mps-control`` through ``sh -c`` (the control client reads
-  its commands from stdin), with ``CUDA_MPS_PIPE_DIRECTORY`` / ``CUDA_MPS_LOG_DIRECTORY`` set from the host vars
-  ``mps_pipe_dir`` / ``mps_log_dir`` (defaults /tmp/nvidia-mps, /var/log/nvidia-mps, the daemon's own). The values
-  travel as positional arguments, never spliced into the script. Timeout 20 s.
+- ``mps_control``: ``echo get_server_list | nvidia-cuda-mps-control`` through ``bash -c`` (the control client
+  reads its commands from stdin; bash, not sh: sh is the batch script's own interpreter), with
+  ``CUDA_MPS_PIPE_DIRECTORY`` / ``CUDA_MPS_LOG_DIRECTORY`` set from the host vars ``mps_pipe_dir`` /
+  ``mps_log_dir`` (defaults /tmp/nvidia-mps, /var/log/nvidia-mps, the daemon's own). The values travel as
+  positional arguments, never spliced into the script. Timeout 20 s.
 - ``container_files``: one ``find`` over /usr/bin/dockerd and /usr/bin/containerd (listed only),
   /etc/docker/daemon.json, /etc/containerd/config.toml and the CDI spec folders /etc/cdi, /var/run/cdi
   (listed and printed); missing paths are named on stderr. Timeout 20 s.
@@ -37,6 +38,7 @@ from nvdeploy.stack_commands import (  # noqa: F401  re-exported for the checks 
     MPS_LOG_DEFAULT,
     MPS_PIPE_DEFAULT,
     MPS_SCRIPT,
+    MPS_SHELL,
     docker_run_argv,
 )
 
@@ -56,7 +58,7 @@ def mps_dirs(host_vars: Mapping[str, Any]) -> tuple[str, str]:
 
 def build_mps(host_vars: Mapping[str, Any], profile: Any) -> tuple[str, ...]:
     pipe, log = mps_dirs(host_vars)
-    return ("sh", "-c", MPS_SCRIPT, MPS_HELPER, pipe, log)
+    return (MPS_SHELL, "-c", MPS_SCRIPT, MPS_HELPER, pipe, log)
 
 
 def build_container_run(host_vars: Mapping[str, Any], profile: Any) -> tuple[str, ...]:

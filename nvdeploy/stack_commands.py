@@ -19,6 +19,9 @@ MPS_SCRIPT = ('CUDA_MPS_PIPE_DIRECTORY="$1" CUDA_MPS_LOG_DIRECTORY="$2"; '
               'export CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY; '
               'echo get_server_list | nvidia-cuda-mps-control')
 MPS_HELPER = "nvdeploy-mps"
+# The pipe needs a shell; bash rather than sh, which runs the batch script itself (tests replace a collector's
+# tool by an argv recorder, and must not replace the interpreter of the batch).
+MPS_SHELL = "bash"
 # The container daemons' binaries (listed only: dockerd reads daemon.json, a docker CLI alone does not) and the
 # NVIDIA-relevant configs and CDI specs (listed and printed).
 CONTAINER_FIND_ARGV = (

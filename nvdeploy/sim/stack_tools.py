@@ -10,7 +10,7 @@ client (``nvidia-cuda-mps-control``), with their faults.
 - ``nvidia-cuda-mps-control``: with a running daemon (``mps_running``) it answers ``get_server_list`` with nothing
   (no server started yet) and exit 0, as the real one; otherwise it prints ``Cannot find MPS control daemon
   process`` and exits 1. The ``sh -c SCRIPT nvdeploy-mps PIPE LOG`` helper of the collector is answered by a
-  hook in-process; over SSH the real sh runs it and this tool answers.
+  hook in-process; over SSH the real bash runs it and this tool answers.
 
 Faults: ``cuda_toolkit:<X.Y.Z>`` (one more toolkit, /usr/local/cuda-X.Y), ``cuda_compat:<X.Y>`` (the cuda-compat
 package in /usr/local/cuda-X.Y/compat, its libcuda of the latest X.Y release, ``COMPAT_LIBCUDA``),
@@ -29,7 +29,7 @@ from typing import Optional
 
 from nvdeploy.sim.scenario import NodeScenario, gpu_uuid, node_facts, register_fault
 from nvdeploy.sim.tools import TOOL_HOOKS, ToolOutput, register_tool
-from nvdeploy.stack_commands import CONTAINER_FIND_ARGV, CUDA_FIND_ARGV, MPS_HELPER, MPS_SCRIPT
+from nvdeploy.stack_commands import CONTAINER_FIND_ARGV, CUDA_FIND_ARGV, MPS_HELPER, MPS_SCRIPT, MPS_SHELL
 
 register_fault("cuda_toolkit", "one more CUDA toolkit, /usr/local/cuda-X.Y with version.json X.Y.Z",
                pattern=r"cuda_toolkit:\d+\.\d+\.\d+")
@@ -292,7 +292,7 @@ def _mps_control(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
 
 def _hook(scenario: NodeScenario, argv: Sequence[str]) -> Optional[ToolOutput]:
     args = list(argv)
-    if len(args) >= 4 and os.path.basename(args[0]) == "sh" and args[1:4] == ["-c", MPS_SCRIPT, MPS_HELPER]:
+    if len(args) >= 4 and os.path.basename(args[0]) == MPS_SHELL and args[1:4] == ["-c", MPS_SCRIPT, MPS_HELPER]:
         return _mps_control(scenario, [])
     return None
 

@@ -1,6 +1,6 @@
 """cuda.compat, gpu.mps, container.runtime and container.gpu_run over real SSH (OpenSSH on loopback, the
 simulator's fake find, MPS control, nvidia-ctk and docker on each node's PATH; the MPS collector's ``sh -c`` pipe
-runs in the node's real shell)."""
+runs in the node's real bash)."""
 
 from __future__ import annotations
 

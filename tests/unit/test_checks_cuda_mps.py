@@ -141,5 +141,5 @@ def test_mps_missing_hung_or_odd_is_error(res, reason):
 
 def test_mps_dirs_travel_as_arguments_not_script_text():
     [spec] = specs_for([MPS_CONTROL], {"mps_pipe_dir": "/x; touch /tmp/pwned", "mps_log_dir": "/l"}, heavy=False)
-    assert spec.argv[:4] == ("sh", "-c", MPS_SCRIPT, "nvdeploy-mps")
+    assert spec.argv[:4] == ("bash", "-c", MPS_SCRIPT, "nvdeploy-mps")
     assert spec.argv[4:] == ("/x; touch /tmp/pwned", "/l") and "/x" not in MPS_SCRIPT

@@ -8,6 +8,8 @@ elements written as an open/close pair and ``mig_devices`` holding the text ``No
 from __future__ import annotations
 
 import datetime
+import functools
+from dataclasses import replace
 from typing import Callable, Union
 from xml.sax.saxutils import escape, quoteattr
 
@@ -271,6 +273,26 @@ def _gpu_node(facts: NodeFacts, gpu: SimGpu) -> Node:
     return (f"gpu id={quoteattr(gpu.bus_id)}", children)
 
 
+_UUID_TOKEN = "@@nvdeploy-sim-uuid@@"
+_SERIAL_TOKEN = "@@nvdeploy-sim-serial@@"
+
+
+def _gpu_block(facts: NodeFacts, gpu: SimGpu) -> str:
+    """One ``<gpu>`` element. Rendered once per distinct GPU state, hardware and driver (a fleet of identical nodes
+    has a few dozen), then given this GPU's UUID and serial, the only values that differ from node to node."""
+    shared = NodeFacts(hostname="", driver_version=facts.driver_version, cuda_version=facts.cuda_version,
+                       driver_loaded=facts.driver_loaded, gpus=(), pci_gpus=(), nvswitches=facts.nvswitches)
+    text = _gpu_template(shared, replace(gpu, uuid=_UUID_TOKEN, serial=_SERIAL_TOKEN))
+    return text.replace(_UUID_TOKEN, escape(gpu.uuid)).replace(_SERIAL_TOKEN, escape(gpu.serial))
+
+
+@functools.lru_cache(maxsize=1024)
+def _gpu_template(facts: NodeFacts, gpu: SimGpu) -> str:
+    out: list[str] = []
+    _render(_gpu_node(facts, gpu), 1, out)
+    return "\n".join(out)
+
+
 def render_xml(facts: NodeFacts) -> str:
     """``nvidia-smi -q -x`` output for the GPUs nvidia-smi sees."""
     out = ['<?xml version="1.0" ?>', '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">', "<nvidia_smi_log>"]
@@ -278,7 +300,7 @@ def render_xml(facts: NodeFacts) -> str:
                  ("cuda_version", facts.cuda_version), ("attached_gpus", str(len(facts.gpus)))):
         _render(node, 1, out)
     for gpu in facts.gpus:
-        _render(_gpu_node(facts, gpu), 1, out)
+        out.append(_gpu_block(facts, gpu))
         out.append("")
     out.append("</nvidia_smi_log>")
     return "\n".join(out) + "\n"

@@ -75,3 +75,21 @@ def test_many_threads_read_one_node_without_a_global_lock():
     for thread in threads:
         thread.join()
     assert len(outputs) == 160 and len(set(outputs)) == 1  # byte-identical every time
+
+
+def test_cached_gpu_blocks_render_what_the_uncached_path_renders():
+    from nvdeploy.sim import smi_xml
+
+    for profile in CATALOG.names():
+        for faults in [(), ("ecc_uncorrectable",), ("gpu_missing",), ("thermal_throttle",), ("mig_enabled",)]:
+            for name in ("gpu001", "gpu002"):
+                facts = node_facts(NodeScenario(name, CATALOG.get(profile), faults))
+                blocks = []
+                for gpu in facts.gpus:
+                    out: list[str] = []
+                    smi_xml._render(smi_xml._gpu_node(facts, gpu), 1, out)
+                    blocks.append("\n".join(out))
+                rendered = smi_xml.render_xml(facts)
+                assert all(block in rendered for block in blocks)
+                assert all(gpu.uuid in rendered and gpu.serial in rendered for gpu in facts.gpus)
+                assert "@@nvdeploy-sim" not in rendered

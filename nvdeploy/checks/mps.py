@@ -7,7 +7,7 @@ import shlex
 from typing import Any, Mapping
 
 import nvdeploy.collect_stack  # noqa: F401  registers the collectors named below
-from nvdeploy.checks.gating import raw_gate
+from nvdeploy.checks.gating import first_line, raw_gate
 from nvdeploy.checks.registry import NodeContext, register
 from nvdeploy.collect_stack import MPS_CONTROL, mps_dirs
 from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
@@ -38,6 +38,12 @@ def gpu_mps(ctx: NodeContext) -> list[Finding]:
         return [ctx.finding("gpu.mps", Verdict.SKIP, "MPS not requested for this host (host var mps)")]
     pipe, log = mps_dirs(ctx.host_vars)
     where = f"pipe folder {pipe}, log folder {log}"
+    raw = ctx.results.get(MPS_CONTROL)
+    if raw is not None and raw.rc == 127 and "nvidia-cuda-mps-control" not in raw.err_text:
+        # The pipe's shell itself is missing, not the control tool.
+        return [ctx.finding("gpu.mps", Verdict.ERROR, f"bash not found on the node: {first_line(ctx, MPS_CONTROL)}",
+                            reason=ErrorReason.TOOL_MISSING, remediation=Remediation.REINSTALL,
+                            collector=MPS_CONTROL)]
     gated = raw_gate(ctx, "gpu.mps", MPS_CONTROL, "nvidia-cuda-mps-control",
                      "it ships with the NVIDIA driver (nvidia-compute-utils / nvidia-driver-cuda)")
     if gated:

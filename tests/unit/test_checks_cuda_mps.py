@@ -128,6 +128,12 @@ def test_mps_running_passes_and_lists_servers():
     assert finding.verdict is Verdict.PASS and finding.observed == ["48213", "48290"]
 
 
+def test_mps_without_bash_says_so():
+    res = result(MPS_CONTROL, rc=127, stderr="timeout: failed to run command 'bash': No such file or directory\n")
+    finding = only(run_check("gpu.mps", context({MPS_CONTROL: res}, host_vars={"mps": True})))
+    assert finding.reason is ErrorReason.TOOL_MISSING and finding.summary.startswith("bash not found")
+
+
 @pytest.mark.parametrize("res, reason", [
     (result(MPS_CONTROL, rc=127, stderr="sh: 1: nvidia-cuda-mps-control: not found\n"), ErrorReason.TOOL_MISSING),
     (timed_out(MPS_CONTROL), ErrorReason.TIMEOUT),

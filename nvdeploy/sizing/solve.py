@@ -224,9 +224,14 @@ def _never_fits(job: Job, sku: SkuFigures) -> str:
     if job.inference:
         return f"does not fit at any GPU count ({usable:.1f} GB usable per GPU)"
     floor = memory_at(job, MAX_GPUS)
+    # Suggest only the levers this job has not pulled yet.
+    levers = [] if job.sharding in ("zero3", "fsdp") else ["--sharding zero3/fsdp"]
+    if not job.checkpointing:
+        levers.append("--activation-checkpointing")
+    levers.append("a smaller --micro-batch/--seq-len")
     return (f"does not fit at any GPU count with --sharding {job.sharding}: {floor.total / memory.GB:.1f} GB per GPU "
             f"stay unsharded (activations {((floor.activations or 0) / memory.GB):.1f} GB) against {usable:.1f} GB "
-            "usable; try --sharding zero3/fsdp, --activation-checkpointing or a smaller --micro-batch/--seq-len "
+            f"usable; try {', '.join(levers[:-1]) + ' or ' if len(levers) > 1 else ''}{levers[-1]} "
             "(tensor/pipeline parallelism is not modelled)")
 
 

@@ -104,6 +104,14 @@ VAR_SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
     # Power roll-up (nvdeploy/checks/power.py).
     "rack": (lambda v: isinstance(v, str) and v != "", "a rack name (string) for the power roll-up"),
     "rack_power_budget_w": (_is_positive_number, "a positive number of watts (the rack's budget for GPU power)"),
+    # Kubernetes GPU Operator (nvdeploy/checks/gpu_operator.py; kubectl runs on the controller).
+    "kubeconfig": (lambda v: isinstance(v, str) and v != "", "a path on the controller to the cluster's kubeconfig"),
+    "kubectl": (lambda v: isinstance(v, str) and v != "", "the kubectl to run on the controller (a path or a name)"),
+    "gpu_operator": (lambda v: isinstance(v, bool), "true or false (check the GPU Operator with kubectl's defaults)"),
+    "gpu_operator_namespace": (lambda v: isinstance(v, str) and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", v)
+                               is not None, "a Kubernetes namespace name (default gpu-operator)"),
+    "k8s_node": (lambda v: isinstance(v, str) and v != "", "the host's Kubernetes node name (default its name)"),
+    "kubectl_timeout": (_is_positive_number, "a positive number of seconds (hard limit of each kubectl call)"),
 }
 
 

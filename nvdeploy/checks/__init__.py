@@ -14,5 +14,7 @@ from nvdeploy.checks import driver, gpu, kmsg, memory, system  # noqa: E402,F401
 from nvdeploy.checks import clocks, dcgm, fabric, ib, nccl, nvlink, pcie, versions  # noqa: E402,F401  isort: skip
 # The GPU stack around the driver (issue 12): CUDA toolkit/driver compatibility, MPS.
 from nvdeploy.checks import container, cuda, mps, power, rdma  # noqa: E402,F401  isort: skip
+# The Kubernetes GPU Operator (cluster stage on the controller, nvdeploy/phases/k8s.py).
+from nvdeploy.checks import gpu_operator  # noqa: E402,F401  isort: skip
 
 __all__ = ["CHECKS", "Check", "NodeContext", "register"]

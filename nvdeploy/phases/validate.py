@@ -22,6 +22,7 @@ from nvdeploy.results import ErrorReason, Finding, NodeResult, RunResult
 
 MULTINODE_CHECK = next(iter(c for c in CLUSTER_CHECKS if c == "nccl.multinode"))
 GPUDIRECT_CHECK = "rdma.gpudirect"  # nvdeploy/checks/rdma.py, run by nvdeploy/phases/gpudirect.py
+GPU_OPERATOR_PREFIX = "gpu_operator."  # nvdeploy/checks/gpu_operator.py, run by nvdeploy/phases/k8s.py
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,9 @@ def _execute(header: dict, todo: list[Host], kept: list[NodeResult], recorder: R
         if GPUDIRECT_CHECK in options.checks and interrupt is None:
             nodes, more = _gpudirect_stage(nodes, all_hosts, catalog, options, recorder, deadline_at)
             extra_cluster = extra_cluster + more
+        if any(c.startswith(GPU_OPERATOR_PREFIX) for c in options.checks) and interrupt is None:
+            nodes, more = _gpu_operator_stage(nodes, all_hosts, catalog, options, recorder, deadline_at)
+            extra_cluster = extra_cluster + more
     finally:
         if options.progress is not None:
             options.progress.end()  # the status line is gone before anything else is printed
@@ -147,6 +151,24 @@ def _gpudirect_stage(nodes: list[NodeResult], all_hosts: list[Host], catalog: Pr
         options.progress.stage("cluster stage: GPUDirect RDMA (perftest pairs)")
     before = {n.name: n for n in nodes}
     updated, cluster = run_gpudirect(nodes, all_hosts, catalog, options, recorder, deadline_at)
+    for node in updated:
+        if node is not before.get(node.name):
+            recorder.node_done(node)
+    return updated, cluster
+
+
+def _gpu_operator_stage(nodes: list[NodeResult], all_hosts: list[Host], catalog: ProfileCatalog,
+                        options: EngineOptions, recorder: RunRecorder,
+                        deadline_at: Optional[float] = None) -> tuple[list[NodeResult], list[Finding]]:
+    """kubectl on the controller for the hosts with a kubeconfig (nvdeploy/phases/k8s.py); nothing without one."""
+    from nvdeploy.phases.k8s import run_gpu_operator, wanted
+
+    if not any(wanted(h) for h in all_hosts):
+        return nodes, []
+    if options.progress is not None:
+        options.progress.stage("cluster stage: Kubernetes GPU Operator (kubectl)")
+    before = {n.name: n for n in nodes}
+    updated, cluster = run_gpu_operator(nodes, all_hosts, catalog, recorder, options.checks, deadline_at)
     for node in updated:
         if node is not before.get(node.name):
             recorder.node_done(node)

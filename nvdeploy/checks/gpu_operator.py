@@ -248,4 +248,8 @@ def evaluate_operator(hosts: Sequence[OperatorHost], policies: CommandResult, po
                                  f"(GPU feature discovery label), expected {host.driver}",
                                  observed=node.driver_version, expected=host.driver,
                                  remediation=Remediation.REINSTALL)
+        if not any(f.check == DRIVER for f in cluster) and \
+                not any(f.check == DRIVER for fs in per_node.values() for f in fs):
+            add(Finding(DRIVER, Verdict.SKIP, "no driver version to compare: no ClusterPolicy driver.version or GPU "
+                        "feature discovery driver label, or no driver_version in the inventory"))
     return OperatorOutcome(per_node, cluster)

@@ -157,6 +157,14 @@ def test_allocatable_short_of_the_profile_fails_naming_the_node():
     assert "gpu002" in by_check(outcome.cluster, ALLOCATABLE)[0].summary
 
 
+def test_real_node_against_a_one_gpu_profile_and_no_driver_labels():
+    hosts = [OperatorHost("gpu-z3", "shoot--kyma-stage--c-xxxxxxxx-gpu-z3-59846-4262c", 1, "550.90.07")]
+    outcome = evaluate_operator(hosts, result("p", real("clusterpolicy-ready-v25.10.1.json")), result("v", listed()),
+                                result("n", real("node-allocatable-1gpu.json")), selected=(ALLOCATABLE, DRIVER))
+    assert [f.verdict for f in outcome.per_node["gpu-z3"]] == [Verdict.PASS]
+    assert by_check(outcome.cluster, DRIVER)[0].verdict is Verdict.SKIP
+
+
 def test_host_that_is_not_a_k8s_node_is_skipped():
     hosts = HOSTS + [OperatorHost("login01", "login01", 8, None)]
     outcome = evaluate_operator(hosts, result("p", "{\"items\": []}"), result("v", GOOD_PODS),

@@ -60,6 +60,8 @@ VAR_SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
     "dcgm_timeout": (_is_positive_number, "a positive number of seconds (hard limit of dcgmi diag)"),
     "nccl_timeout": (_is_positive_number, "a positive number of seconds (hard limit of nccl-tests)"),
     "nccl_tests_dir": (_is_str, "a string (the folder holding all_reduce_perf; default: the PATH)"),
+    "nccl_ranks_per_node": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+                            "a positive integer (multi-node nccl-tests ranks per node; default: the GPU count)"),
     "nccl_env": (lambda v: isinstance(v, dict) and all(
         isinstance(k, str) and re.fullmatch(r"NCCL_[A-Z0-9_]+", k) is not None
         and isinstance(x, (str, int)) and not isinstance(x, bool) for k, x in v.items()),

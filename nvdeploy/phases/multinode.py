@@ -28,6 +28,7 @@ from nvdeploy.parsers.nccl_tests import parse_nccl_tests
 from nvdeploy.profiles import Profile, ProfileCatalog
 from nvdeploy.record import RunRecorder
 from nvdeploy.results import ErrorReason, Finding, NodeResult, Remediation, Verdict
+from nvdeploy.slurm.srun import pool_of
 from nvdeploy.transport.base import CommandSpec, TransportError
 
 CHECK_ID = "nccl.multinode"
@@ -80,18 +81,28 @@ def mpirun_argv(group: Sequence[Host], gpus_per_node: int, launcher: Host, timeo
     as an option), NCCL environment from the launcher's ``nccl_env``, ``--timeout`` so a hang ends in mpirun."""
     hosts = ",".join(f"{h.address}:{gpus_per_node}" for h in group)
     argv = ["mpirun", "--timeout", str(int(timeout_s)), "--bind-to", "none", "-np", str(gpus_per_node * len(group)),
-            "-H", hosts, "-x", "NCCL_DEBUG=VERSION"]
-    env = dict(launcher.get("nccl_env") or {})
-    if len(group) == 2:
-        # Tree algorithms report more than two nodes' links can carry: ring is the honest 2-node figure.
-        env["NCCL_ALGO"] = "RING"
-    for name, value in sorted(env.items()):
+            "-H", hosts]
+    for name, value in nccl_env(group, launcher).items():
         argv += ["-x", f"{name}={value}"]
     if launcher.get("ssh_user") == "root":
         argv.insert(1, "--allow-run-as-root")
+    return (*argv, *nccl_tool_argv(launcher))
+
+
+def nccl_env(group: Sequence[Host], launcher: Host) -> dict[str, str]:
+    """The ranks' NCCL environment: NCCL_DEBUG=VERSION, then the launcher's ``nccl_env`` (sorted)."""
+    env = {str(k): str(v) for k, v in (launcher.get("nccl_env") or {}).items()}
+    if len(group) == 2:
+        # Tree algorithms report more than two nodes' links can carry: ring is the honest 2-node figure.
+        env["NCCL_ALGO"] = "RING"
+    return {"NCCL_DEBUG": "VERSION", **dict(sorted(env.items()))}
+
+
+def nccl_tool_argv(launcher: Host) -> tuple[str, ...]:
+    """all_reduce_perf with one GPU per rank at MESSAGE_SIZE."""
     tests_dir = str(launcher.get("nccl_tests_dir") or "").rstrip("/")
     program = f"{tests_dir}/all_reduce_perf" if tests_dir else "all_reduce_perf"
-    return (*argv, program, "-b", MESSAGE_SIZE, "-e", MESSAGE_SIZE, "-f", "2", "-g", "1", "-c", "1")
+    return (program, "-b", MESSAGE_SIZE, "-e", MESSAGE_SIZE, "-f", "2", "-g", "1", "-c", "1")
 
 
 class MultiNodeRunner:
@@ -112,6 +123,8 @@ class MultiNodeRunner:
         launcher = group[0]
         profile = self.catalog.get(launcher.profile or "")
         gpus = profile.gpu.count
+        # One rank per GPU; fewer where the launcher says so (a node with fewer CPUs than GPUs, a test cluster).
+        ranks = int(launcher.get("nccl_ranks_per_node") or gpus)
         remaining = None if self.deadline_at is None else self.deadline_at - time.monotonic()
         timeouts = round_timeouts(float(launcher.get("nccl_timeout", DEFAULT_TIMEOUT_S)), remaining)
         if timeouts is None:
@@ -119,27 +132,36 @@ class MultiNodeRunner:
                                     reason=ErrorReason.NOT_RUN)
             return self._keep(GroupRun(tuple(names), False, (assessment,), None, None, started=False))
         mpirun_timeout, command_timeout = timeouts
-        spec = CommandSpec("nccl_multinode", mpirun_argv(group, gpus, launcher, mpirun_timeout), command_timeout)
-        transport = make_transport(launcher, self.catalog, self.options, peers=self.all_hosts)
-        try:
-            transport.connect()
-            result = transport.run_batch([spec], remaining)[0]
-        except TransportError as exc:
-            assessment = Assessment(Verdict.ERROR, f"launcher {launcher.name} unreachable: {exc.detail}",
-                                    reason=exc.reason)
-            return self._keep(GroupRun(tuple(names), False, (assessment,), None, None))
-        finally:
-            transport.close()
+        pool = pool_of(launcher)
+        if pool is not None:
+            # --via slurm: one srun step from the controller across the group (the cluster's MPI plugin), not
+            # mpirun over SSH from a launcher node.
+            tool = "srun"
+            result = pool.run_nccl([h.name for h in group], gpus, nccl_tool_argv(launcher), nccl_env(group, launcher),
+                                   mpirun_timeout, command_timeout, ranks_per_node=ranks)
+        else:
+            tool = "mpirun"
+            spec = CommandSpec("nccl_multinode", mpirun_argv(group, ranks, launcher, mpirun_timeout), command_timeout)
+            transport = make_transport(launcher, self.catalog, self.options, peers=self.all_hosts)
+            try:
+                transport.connect()
+                result = transport.run_batch([spec], remaining)[0]
+            except TransportError as exc:
+                assessment = Assessment(Verdict.ERROR, f"launcher {launcher.name} unreachable: {exc.detail}",
+                                        reason=exc.reason)
+                return self._keep(GroupRun(tuple(names), False, (assessment,), None, None))
+            finally:
+                transport.close()
         with self._lock:
             self._counter += 1
             label = f"nccl_multinode_{self._counter:03d}"
         evidence = self.recorder.write_evidence("_cluster", [replace(result, name=label)])[0].path
         if result.error is not None or result.timed_out:
-            assessment = Assessment(Verdict.ERROR, f"mpirun on {fold(names)} did not finish: "
+            assessment = Assessment(Verdict.ERROR, f"{tool} on {fold(names)} did not finish: "
                                     f"{result.error_detail or 'timed out'}", reason=result.error or ErrorReason.TIMEOUT)
             return self._keep(GroupRun(tuple(names), False, (assessment,), evidence, None))
         facts = parse_nccl_tests(result.text)
-        assessments = assess(facts, result, ranks=gpus * len(group), exp=multinode_expectation(profile),
+        assessments = assess(facts, result, ranks=ranks * len(group), exp=multinode_expectation(profile),
                              label=f"all_reduce_perf on {fold(names)}",
                              low_bw_hint="the slowest inter-node link sets the pace: check InfiniBand ports, cables "
                              "and switches of these nodes")

@@ -13,8 +13,12 @@ timeout message; ``unreachable`` -> the daemon on that host cannot start: Open M
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
+from nvdeploy.hostrange import HostRangeError, expand
 from nvdeploy.sim.nccl_tool import HEALTHY_MARGIN, LOW_BW_FACTOR, NCCL_CODE, NCCL_TESTS_VERSION, NCCL_VERSION, busbw_at
 from nvdeploy.sim.nccl_tool import _bytes as parse_size
 from nvdeploy.sim.nccl_tool import _time as fmt_time
@@ -69,6 +73,50 @@ def _option(args: Sequence[str], flag: str, default: str) -> str:
     return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else default
 
 
+def slurm_step_hosts() -> list[tuple[str, int]] | None:
+    """(node, ranks) of the Slurm step this process is one task of, when srun started it directly across more
+    than one node (``srun --ntasks-per-node=G all_reduce_perf``), as a rank of multi-node nccl-tests; None
+    otherwise. A command inside the node batch is also a task's descendant in a multi-node step (one task per
+    node), but its parent is the batch's shell, not slurmstepd."""
+    env = os.environ
+    if "SLURM_PROCID" not in env:
+        return None
+    try:
+        parent = Path(f"/proc/{os.getppid()}/comm").read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    if parent != "slurmstepd":
+        return None
+    nodes: list[str] = []
+    try:
+        for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", env.get("SLURM_STEP_NODELIST")
+                               or env.get("SLURM_JOB_NODELIST", "")):
+            nodes += expand(part)
+        tasks = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 0)
+    except (HostRangeError, ValueError):
+        return None
+    if len(nodes) < 2:
+        return None
+    return [(node, max(1, tasks // len(nodes))) for node in nodes]
+
+
+def slurm_rank_output(scenario: NodeScenario, args: Sequence[str], env: Mapping[str, str]) -> ToolOutput | None:
+    """``all_reduce_perf`` as one rank of a multi-node Slurm step (``srun --mpi=none``: no MPI to gather the ranks,
+    so each rank knows its step from Slurm's variables): rank 0 prints the whole job's table, computed from every
+    node's faults (``NodeScenario.peers``) as the simulated mpirun does; the other ranks print nothing. None when
+    this process is not such a rank."""
+    hosts = slurm_step_hosts()
+    if hosts is None:
+        return None
+    if os.environ.get("SLURM_PROCID") != "0":
+        return ToolOutput(b"")
+    faults = {host: _faults_of(scenario, host) for host, _ in hosts}
+    unknown = [h for h, f in faults.items() if f is None or "unreachable" in f]
+    if unknown:
+        return ToolOutput(b"", f"all_reduce_perf: no scenario for step node(s) {', '.join(unknown)}\n".encode(), 1)
+    return multinode_table(scenario, hosts, env, args, faults)
+
+
 @register_tool("mpirun")
 def mpirun(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
     parsed = _parse(args)
@@ -88,20 +136,28 @@ def mpirun(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
                 f"  one or more nodes ({', '.join(unknown)}).\n"
                 "--------------------------------------------------------------------------\n")
         return ToolOutput(b"", text.encode(), 1)
+    return multinode_table(scenario, hosts, env, program[1:], faults, options.get("timeout"))  # type: ignore[arg-type]
+
+
+def multinode_table(scenario: NodeScenario, hosts: Sequence[tuple[str, int]], env: Mapping[str, str],
+                    program: Sequence[str], faults: Mapping[str, tuple[str, ...] | None],
+                    timeout: int | None = None) -> ToolOutput:
+    """What rank 0 of a multi-node ``all_reduce_perf -g 1`` prints (shared by mpirun and a Slurm step)."""
     every = {f for fs in faults.values() for f in fs or ()}
     if "nccl_hang" in every:
-        if "timeout" in options:
+        if timeout is not None:
             message = (f"--------------------------------------------------------------------------\n"
                        f"The user-provided time limit for job execution has been reached:\n\n"
-                       f"  Timeout: {options['timeout']} seconds\n\nThe job will now be aborted.\n"
+                       f"  Timeout: {timeout} seconds\n\nThe job will now be aborted.\n"
                        f"--------------------------------------------------------------------------\n")
-            return ToolOutput(b"", message.encode(), 1, delay_s=float(options["timeout"]))  # type: ignore[arg-type]
+            return ToolOutput(b"", message.encode(), 1, delay_s=float(timeout))
         return ToolOutput(b"", hang=True)
     nccl = scenario.hardware.extra.get("nccl") or {}
     peak = float(nccl.get("multinode_busbw_gbps", 45.0)) * HEALTHY_MARGIN
     if every & {"nccl_low_bw", "ib_port_down"}:
         peak *= LOW_BW_FACTOR
     ranks = sum(slots for _, slots in hosts)
+    program = ["all_reduce_perf", *program]
     low = parse_size(_option(program, "-b", "8G")) or 1
     high = parse_size(_option(program, "-e", "8G")) or low
     factor = int(_option(program, "-f", "2"))

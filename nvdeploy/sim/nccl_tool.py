@@ -187,7 +187,11 @@ def _process_env() -> dict[str, str]:
 
 @register_tool("all_reduce_perf")
 def _all_reduce_perf(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
-    return all_reduce_perf(scenario, args, _process_env())
+    from nvdeploy.sim.mpi_tool import slurm_rank_output  # mpi_tool imports this module
+
+    env = _process_env()
+    ranked = slurm_rank_output(scenario, args, env) if SCENARIO_ENV in os.environ else None
+    return ranked if ranked is not None else all_reduce_perf(scenario, args, env)
 
 
 @register_tool("env")

@@ -80,12 +80,14 @@ def srun_argv(nodes: Sequence[str], opts: SrunOptions, time_limit_s: float, job_
 
 
 def nccl_srun_argv(nodes: Sequence[str], gpus_per_node: int, opts: SrunOptions, tool: Sequence[str],
-                   time_limit_s: float, job_name: str) -> list[str]:
-    """Multi-node nccl-tests as a Slurm step: one rank per GPU under the cluster's MPI plugin (``--mpi=pmix``),
-    instead of mpirun over SSH; ``tool`` is the all_reduce_perf argv (``-g 1``: one GPU per rank)."""
+                   time_limit_s: float, job_name: str, ranks_per_node: Optional[int] = None) -> list[str]:
+    """Multi-node nccl-tests as a Slurm step: one rank per GPU (or ``ranks_per_node``) under the cluster's MPI
+    plugin (``--mpi=pmix``), instead of mpirun over SSH; ``tool`` is the all_reduce_perf argv (``-g 1``: one GPU
+    per rank)."""
     minutes, seconds = divmod(max(60, math.ceil(time_limit_s)), 60)
     argv = ["srun", f"--mpi={opts.mpi}", f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}",
-            f"--ntasks-per-node={gpus_per_node}", f"--gpus-per-node={gpus_per_node}", f"--job-name={job_name}",
+            f"--ntasks-per-node={ranks_per_node or gpus_per_node}", f"--gpus-per-node={gpus_per_node}",
+            f"--job-name={job_name}",
             f"--time={minutes}:{seconds:02d}", f"--immediate={max(1, int(opts.immediate_s))}"]
     for flag, value in (("reservation", opts.reservation), ("partition", opts.partition),
                         ("account", opts.account), ("qos", opts.qos)):
@@ -377,6 +379,54 @@ class SrunPool:
         return split_labelled(b"".join(chunks["out"])), error, detail, stderr
 
 
+    # ---- multi-node nccl-tests ----
+    def run_nccl(self, nodes: Sequence[str], gpus_per_node: int, tool: Sequence[str], env: dict[str, str],
+                 time_limit_s: float, wait_s: float, ranks_per_node: Optional[int] = None) -> CommandResult:
+        """Multi-node nccl-tests as ONE srun step from here across ``nodes`` (nccl_srun_argv), bounded by the
+        step's ``--time`` and ``wait_s``: past it, or on Ctrl-C, the step is cancelled with scancel."""
+        job_name = f"{self.options.job_name}-nccl{next(self._rounds)}"
+        argv = nccl_srun_argv(nodes, gpus_per_node, self._options_for(nodes), tool, time_limit_s, job_name,
+                              ranks_per_node)
+        command = shlex.join(argv)
+        if self._aborted:
+            return CommandResult("nccl_multinode", command, None, error=ErrorReason.INTERRUPTED,
+                                 error_detail="run interrupted")
+        # srun exports the caller's environment to the tasks (the NCCL_* variables), never nvdeploy's secrets.
+        step_env = {k: v for k, v in os.environ.items() if not k.startswith("NVDEPLOY_SUDO")}
+        step_env.update(env)
+        started = time.monotonic()
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True, env=step_env)
+        with self._cond:
+            self._procs[job_name] = proc
+        error: Optional[ErrorReason] = None
+        detail = ""
+        try:
+            out, err = proc.communicate(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            self._cancel(job_name, proc)
+            try:
+                out, err = proc.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = b"", b""
+            error, detail = ErrorReason.TIMEOUT, f"srun step {job_name} passed its limit ({wait_s:.0f} s): cancelled"
+        except BaseException:  # Ctrl-C while waiting: nothing stays running
+            self._cancel(job_name, proc)
+            raise
+        finally:
+            with self._cond:
+                self._procs.pop(job_name, None)
+        if self._aborted and error is None:
+            error, detail = ErrorReason.INTERRUPTED, "run interrupted: srun step cancelled"
+        duration = time.monotonic() - started
+        self.steps.append({"job_name": job_name, "nodes": len(nodes), "rc": proc.returncode,
+                           "seconds": round(duration, 3), "command": command})
+        return CommandResult("nccl_multinode", command, None if error else proc.returncode, out, err, duration,
+                             timed_out=error is ErrorReason.TIMEOUT, stdout_total=len(out), stderr_total=len(err),
+                             error=error, error_detail=detail)
+
+
 class SrunTransport(Transport):
     name = "slurm"
 
@@ -409,9 +459,14 @@ class SrunTransport(Transport):
             self.pool.detach(self.node)
 
 
+def pool_of(host: Any) -> Optional[SrunPool]:
+    """The srun pool of a ``--via slurm`` run's host; None for a host reached over its own connection."""
+    return _POOLS.get(str(host.vars.get(POOL_VAR, "")))
+
+
 def transport_for(host: Any) -> Transport:
     """The engine's hook (make_transport) for hosts of a ``--via slurm`` run."""
-    pool = _POOLS.get(str(host.vars.get(POOL_VAR, "")))
+    pool = pool_of(host)
     if pool is None:
         raise TransportError(ErrorReason.NOT_RUN, "no srun pool for this run (internal error)")
     return SrunTransport(pool, host.name)

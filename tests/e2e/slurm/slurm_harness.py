@@ -60,6 +60,7 @@ class SlurmTestCluster:
     dir: Path
     nodes: list[str]
     env: dict = field(default_factory=dict)
+    faults: dict = field(default_factory=dict)
 
     def cmd(self, *argv: str, timeout: float = 20) -> subprocess.CompletedProcess:
         return _run(argv, timeout, self.env)
@@ -68,14 +69,22 @@ class SlurmTestCluster:
         return self.dir / "nodes" / node
 
     def set_faults(self, node: str, faults: Sequence[str] = ()) -> None:
+        """The node's faults; every node's scenario lists the others' as peers (the simulated multi-node
+        all_reduce_perf of a Slurm step computes the job's bandwidth from all of them)."""
         from nvdeploy.profiles import ProfileCatalog
         from nvdeploy.sim.scenario import NodeScenario
 
-        text = NodeScenario(node, ProfileCatalog().get(PROFILE), tuple(faults)).to_json()
-        path = self.node_dir(node) / "scenario.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        self.faults[node] = tuple(faults)
+        hardware = ProfileCatalog().get(PROFILE)
+        for name, own in self.faults.items():
+            if not self.node_dir(name).is_dir():
+                continue
+            peers = tuple((n, f) for n, f in self.faults.items() if n != name)
+            text = NodeScenario(name, hardware, own, peers=peers).to_json()
+            path = self.node_dir(name) / "scenario.json"
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(path)
 
     def reasons(self) -> dict[str, str]:
         """sinfo -R: node -> reason."""

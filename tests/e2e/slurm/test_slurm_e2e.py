@@ -320,3 +320,34 @@ def test_via_slurm_standard_level_heavy_batches_run_as_steps_too(slurm: SlurmTes
     (phase,) = [p for p in data["phases"] if p["phase"] == "slurm"]
     steps = [note for note in phase["notes"] if note.startswith("srun step")]
     assert len(steps) <= 6, steps  # the nodes' batches are gathered: a step per stage, not per node
+
+
+def test_via_slurm_multinode_nccl_is_one_srun_step_and_names_the_slow_node(slurm: SlurmTestCluster,
+                                                                         tmp_path: Path) -> None:
+    """--level full --via slurm: multi-node nccl-tests run as srun steps (--mpi=none: Debian's Slurm has no PMIx)
+    across the nodes, rank 0 of the simulated all_reduce_perf printing the job's table; bisection names the slow
+    node. The test nodes have CPUs=2 (srun refuses --ntasks-per-node=8 there, even with --overcommit): 2 ranks
+    per node (nccl_ranks_per_node)."""
+    slurm.set_faults("node3", ("nccl_low_bw",))
+    nodes = ["node1", "node2", "node3"]
+    done = subprocess.run(
+        [sys.executable, "-m", "nvdeploy", "validate", "-i", str(inventory(
+            tmp_path, "slurm: {partition: debug, nodes: 'node[1-3]', timeout: 20}",
+            vars_="command_timeout: 60, nccl_timeout: 60, nccl_ranks_per_node: 2")), "--out", str(tmp_path / "out"),
+         "--no-history", "--via", "slurm", "--level", "full", "--srun-mpi", "none"],
+        capture_output=True, text=True, timeout=280, stdin=subprocess.DEVNULL, env=slurm.env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    data = results(tmp_path)
+    multi = {n: [f for f in d["findings"] if f["check"] == "nccl.multinode"] for n, d in nodes_of(data).items()}
+    shown = "\n".join(f"{f.get('node')}: {f['verdict']} {f['summary']}" for f in
+                      [*data["cluster_findings"], *(f for fs in multi.values() for f in fs)] if "nccl" in f["check"])
+    assert [f["verdict"] for f in multi["node3"]] == ["FAIL"], shown
+    assert [f["verdict"] for f in multi["node1"]] == ["PASS"] and [f["verdict"] for f in multi["node2"]] == ["PASS"]
+    localised = [f for f in data["cluster_findings"] if f["check"] == "nccl.multinode" and "localised" in f["summary"]]
+    assert localised and localised[0]["observed"] == "node3", data["cluster_findings"]
+    (phase,) = [p for p in data["phases"] if p["phase"] == "slurm"]
+    steps = [note for note in phase["notes"] if "-nccl" in note]
+    assert steps and all("rc 0" in s or "rc 1" in s for s in steps), phase["notes"]
+    assert set(nodes) <= set(nodes_of(data))
+    assert slurm.wait_for(lambda: not slurm.jobs(), 20), slurm.jobs()
+    print("\nmulti-node srun steps (3 nodes x 2 ranks, bisect): " + "; ".join(steps))

@@ -4,8 +4,11 @@ subprocesses): the srun one prints the table the simulated tools would print."""
 
 from __future__ import annotations
 
+import os
 import shlex
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -104,3 +107,35 @@ def test_a_step_past_its_limit_is_cancelled_and_error_timeout(tmp_path, monkeypa
 def test_fewer_ranks_than_gpus_per_node_when_the_host_says_so() -> None:
     argv = nccl_srun_argv(["a", "b"], 8, SrunOptions(mpi="none"), ["all_reduce_perf"], 60, "j", ranks_per_node=2)
     assert "--mpi=none" in argv and "--ntasks-per-node=2" in argv and "--gpus-per-node=8" in argv
+
+
+def test_ctrl_c_during_the_step_cancels_it_and_stops_srun(tmp_path, monkeypatch):
+    pid_file = tmp_path / "srun.pid"
+    calls = tools(tmp_path, monkeypatch, "", srun_body=f"echo $$ > {shlex.quote(str(pid_file))}; "
+                  f"exec {shlex.quote(sys.executable)} -c 'import time; time.sleep(120)'")
+    multi, pool = runner(tmp_path)
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    def press_ctrl_c_once_srun_runs() -> None:
+        for _ in range(600):
+            if pid_file.exists() and pid_file.read_text().strip():
+                break
+            time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGALRM)  # handled in the main thread, as the CLI's SIGINT handler is
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    presser = threading.Thread(target=press_ctrl_c_once_srun_runs, daemon=True)
+    try:
+        presser.start()
+        with pytest.raises(KeyboardInterrupt):
+            multi.run_group(NODES)
+    finally:
+        presser.join(70)
+        signal.signal(signal.SIGALRM, previous)
+        pool.release()
+    assert any(line.startswith("scancel --full --name=nvdeploy-t-nccl") for line in calls.read_text().splitlines())
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # srun is gone (reaped), not left running

@@ -322,8 +322,9 @@ def test_via_slurm_standard_level_heavy_batches_run_as_steps_too(slurm: SlurmTes
     assert len(steps) <= 6, steps  # the nodes' batches are gathered: a step per stage, not per node
 
 
-def test_via_slurm_multinode_nccl_is_one_srun_step_and_names_the_slow_node(slurm: SlurmTestCluster,
-                                                                         tmp_path: Path) -> None:
+@pytest.mark.parametrize("pattern", ["bisect", "pairwise"])
+def test_via_slurm_multinode_nccl_is_one_srun_step_and_names_the_slow_node(slurm: SlurmTestCluster, tmp_path: Path,
+                                                                         pattern: str) -> None:
     """--level full --via slurm: multi-node nccl-tests run as srun steps (--mpi=none: Debian's Slurm has no PMIx)
     across the nodes, rank 0 of the simulated all_reduce_perf printing the job's table; bisection names the slow
     node. The test nodes have CPUs=2 (srun refuses --ntasks-per-node=8 there, even with --overcommit): 2 ranks
@@ -334,7 +335,7 @@ def test_via_slurm_multinode_nccl_is_one_srun_step_and_names_the_slow_node(slurm
         [sys.executable, "-m", "nvdeploy", "validate", "-i", str(inventory(
             tmp_path, "slurm: {partition: debug, nodes: 'node[1-3]', timeout: 20}",
             vars_="command_timeout: 60, nccl_timeout: 60, nccl_ranks_per_node: 2")), "--out", str(tmp_path / "out"),
-         "--no-history", "--via", "slurm", "--level", "full", "--srun-mpi", "none"],
+         "--no-history", "--via", "slurm", "--level", "full", "--srun-mpi", "none", "--nccl-pattern", pattern],
         capture_output=True, text=True, timeout=280, stdin=subprocess.DEVNULL, env=slurm.env)
     assert done.returncode == 1, done.stdout + done.stderr
     data = results(tmp_path)
@@ -350,4 +351,4 @@ def test_via_slurm_multinode_nccl_is_one_srun_step_and_names_the_slow_node(slurm
     assert steps and all("rc 0" in s or "rc 1" in s for s in steps), phase["notes"]
     assert set(nodes) <= set(nodes_of(data))
     assert slurm.wait_for(lambda: not slurm.jobs(), 20), slurm.jobs()
-    print("\nmulti-node srun steps (3 nodes x 2 ranks, bisect): " + "; ".join(steps))
+    print(f"\nmulti-node srun steps (3 nodes x 2 ranks, {pattern}): " + "; ".join(steps))

@@ -39,34 +39,22 @@ def _private_dir(path: Path) -> None:
 
 
 def write_atomic(path: Path, data: bytes, durable: bool = True) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            if durable:
-                os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    with atomic_file(path, durable) as handle:
+        handle.write(data)
 
 
 @contextlib.contextmanager
-def atomic_file(path: Path) -> Iterator[BinaryIO]:
-    """A file written through a handle (streamed, never held whole in memory), then fsynced and renamed into place:
-    it appears complete or not at all."""
+def atomic_file(path: Path, durable: bool = True) -> Iterator[BinaryIO]:
+    """A file written through a handle (streamed, never held whole in memory), then fsynced (unless not
+    ``durable``) and renamed into place: it appears complete or not at all."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb", buffering=1 << 20) as handle:
             yield handle
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except OSError as exc:
         try:

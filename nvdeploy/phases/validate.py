@@ -102,16 +102,10 @@ def _execute(header: dict, todo: list[Host], kept: list[NodeResult], recorder: R
     try:
         results, interrupt = run_hosts(todo, runner, options.forks, on_result)
         nodes = kept + list(results.values())
-        if MULTINODE_CHECK in options.checks and interrupt is None:
-            if options.progress is not None:
-                options.progress.stage("cluster stage: multi-node nccl-tests")
-            nodes, extra_cluster = _cluster_stage(nodes, all_hosts, catalog, options, recorder, deadline_at)
-        if GPUDIRECT_CHECK in options.checks and interrupt is None:
-            nodes, more = _gpudirect_stage(nodes, all_hosts, catalog, options, recorder, deadline_at)
-            extra_cluster = extra_cluster + more
-        if any(c.startswith(GPU_OPERATOR_PREFIX) for c in options.checks) and interrupt is None:
-            nodes, more = _gpu_operator_stage(nodes, all_hosts, catalog, options, recorder, deadline_at)
-            extra_cluster = extra_cluster + more
+        if interrupt is None:
+            for stage in _cluster_stages(all_hosts, catalog, options, recorder, deadline_at):
+                nodes, more = _run_stage(stage, nodes, options, recorder)
+                extra_cluster = extra_cluster + more
     finally:
         if options.progress is not None:
             options.progress.end()  # the status line is gone before anything else is printed
@@ -125,54 +119,49 @@ def _execute(header: dict, todo: list[Host], kept: list[NodeResult], recorder: R
     return ValidateOutcome(run, recorder.run_dir, reports, int(code))
 
 
-def _cluster_stage(nodes: list[NodeResult], all_hosts: list[Host], catalog: ProfileCatalog,
-                   options: EngineOptions, recorder: RunRecorder,
-                   deadline_at: Optional[float] = None) -> tuple[list[NodeResult], list[Finding]]:
-    """Multi-node nccl-tests over the nodes that passed (no round starts after the global deadline); nodes it adds
-    findings to are journaled again."""
-    from nvdeploy.phases.multinode import run_multinode
+@dataclass(frozen=True)
+class _ClusterStage:
+    """A stage after the nodes (multi-node nccl-tests, GPUDirect pairs, the GPU Operator): it may add findings to
+    nodes, which are then journaled again, and returns cluster findings."""
 
-    before = {n.name: n for n in nodes}
-    updated, cluster = run_multinode(nodes, all_hosts, catalog, options, recorder, options.multinode_pattern,
-                                     deadline_at)
-    for node in updated:
-        if node is not before.get(node.name):
-            recorder.node_done(node)
-    return updated, cluster
+    label: str
+    run: Callable[[list[NodeResult]], tuple[list[NodeResult], list[Finding]]]
 
 
-def _gpudirect_stage(nodes: list[NodeResult], all_hosts: list[Host], catalog: ProfileCatalog,
-                     options: EngineOptions, recorder: RunRecorder,
-                     deadline_at: Optional[float] = None) -> tuple[list[NodeResult], list[Finding]]:
-    """perftest GPUDirect RDMA pairs (nvdeploy/phases/gpudirect.py); nodes it adds findings to are journaled again."""
-    from nvdeploy.phases.gpudirect import run_gpudirect
+def _cluster_stages(all_hosts: list[Host], catalog: ProfileCatalog, options: EngineOptions, recorder: RunRecorder,
+                    deadline_at: Optional[float]) -> list[_ClusterStage]:
+    """The cluster stages the selected checks need, in order; none starts a round after the global deadline."""
+    stages = []
+    if MULTINODE_CHECK in options.checks:
+        from nvdeploy.phases.multinode import run_multinode
 
+        stages.append(_ClusterStage("multi-node nccl-tests", lambda nodes: run_multinode(
+            nodes, all_hosts, catalog, options, recorder, options.multinode_pattern, deadline_at)))
+    if GPUDIRECT_CHECK in options.checks:
+        from nvdeploy.phases.gpudirect import run_gpudirect
+
+        stages.append(_ClusterStage("GPUDirect RDMA (perftest pairs)", lambda nodes: run_gpudirect(
+            nodes, all_hosts, catalog, options, recorder, deadline_at)))
+    if any(c.startswith(GPU_OPERATOR_PREFIX) for c in options.checks):
+        from nvdeploy.phases.k8s import run_gpu_operator, wanted
+
+        # kubectl runs on the controller, only for hosts with a kubeconfig: nothing to do without one.
+        if any(wanted(h) for h in all_hosts):
+            stages.append(_ClusterStage("Kubernetes GPU Operator (kubectl)", lambda nodes: run_gpu_operator(
+                nodes, all_hosts, catalog, recorder, options.checks, deadline_at)))
+    return stages
+
+
+def _run_stage(stage: _ClusterStage, nodes: list[NodeResult], options: EngineOptions,
+               recorder: RunRecorder) -> tuple[list[NodeResult], list[Finding]]:
     if options.progress is not None:
-        options.progress.stage("cluster stage: GPUDirect RDMA (perftest pairs)")
+        options.progress.stage(f"cluster stage: {stage.label}")
     before = {n.name: n for n in nodes}
-    updated, cluster = run_gpudirect(nodes, all_hosts, catalog, options, recorder, deadline_at)
+    updated, cluster = stage.run(nodes)
     for node in updated:
         if node is not before.get(node.name):
             recorder.node_done(node)
-    return updated, cluster
-
-
-def _gpu_operator_stage(nodes: list[NodeResult], all_hosts: list[Host], catalog: ProfileCatalog,
-                        options: EngineOptions, recorder: RunRecorder,
-                        deadline_at: Optional[float] = None) -> tuple[list[NodeResult], list[Finding]]:
-    """kubectl on the controller for the hosts with a kubeconfig (nvdeploy/phases/k8s.py); nothing without one."""
-    from nvdeploy.phases.k8s import run_gpu_operator, wanted
-
-    if not any(wanted(h) for h in all_hosts):
-        return nodes, []
-    if options.progress is not None:
-        options.progress.stage("cluster stage: Kubernetes GPU Operator (kubectl)")
-    before = {n.name: n for n in nodes}
-    updated, cluster = run_gpu_operator(nodes, all_hosts, catalog, recorder, options.checks, deadline_at)
-    for node in updated:
-        if node is not before.get(node.name):
-            recorder.node_done(node)
-    return updated, cluster
+    return updated, list(cluster)
 
 
 def _unfinished(node: NodeResult) -> bool:

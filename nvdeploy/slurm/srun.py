@@ -171,7 +171,11 @@ class SrunPool:
         self._pending: list[_Request] = []
         # Nodes that will still send a batch: a gathering waits for all of them (or GATHER_S), so that the start
         # of a run is one step, not one per thread that happened to come first.
-        self._expected = {h.name for h in hosts if self.unusable(h.name) is None}
+        self._waited: set[str] = set()
+        self._refresh_lock = threading.Lock()
+        self._refreshed_at = 0.0
+        self.respond_wait_s = float(max(options.immediate_s, 1))
+        self._expected = {h.name for h in hosts if self.unusable(h.name, silent_ok=True) is None}
         self._leading = False
         self._rounds = itertools.count(1)
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -183,22 +187,53 @@ class SrunPool:
         _POOLS.pop(self.key, None)
 
     # ---- transports ----
-    def unusable(self, node: str) -> Optional[tuple[ErrorReason, str]]:
-        """Why Slurm cannot start this node's task (it would hold up the whole step), or None."""
+    def unusable(self, node: str, silent_ok: bool = False) -> Optional[tuple[ErrorReason, str]]:
+        """Why Slurm cannot start this node's task (it would hold up the whole step), or None. ``silent_ok``:
+        do not count "not responding" (see :meth:`await_response`)."""
         facts = self.facts.get(node)
         if facts is None:
             return None
         why = f" ({facts.reason})" if facts.reason else ""
         if facts.short_state in _UNUSABLE:
             return ErrorReason.UNREACHABLE, f"Slurm cannot start a task on {node}: node is {facts.short_state}{why}"
-        if "NOT_RESPONDING" in facts.flags:
+        if "NOT_RESPONDING" in facts.flags and not silent_ok:
+            waited = f" for {self.respond_wait_s:g} s" if node in self._waited else ""
             return ErrorReason.UNREACHABLE, (f"Slurm cannot start a task on {node}: slurmd is not responding "
-                                             f"({facts.short_state}*){why}")
+                                             f"({facts.short_state}*){waited}{why}")
         if facts.busy and self.options.exclusive:
             return ErrorReason.BUSY, (f"Slurm shows jobs on {node} (node {facts.short_state}): an exclusive srun "
                                       "step cannot start there (wait for them with --maintenance --wait-drain, or "
                                       "--no-exclusive)")
         return None
+
+    def _only_silent(self, node: str) -> bool:
+        """Not responding, and nothing else in the way: Slurm marks a node so right after a resume (or a slurmd
+        restart) until its next ping, which can be seconds to a minute; such a node is waited for, not given up."""
+        facts = self.facts.get(node)
+        if facts is None or "NOT_RESPONDING" not in facts.flags:
+            return False
+        return self.unusable(node, silent_ok=True) is None
+
+    def await_response(self, node: str) -> None:
+        """Wait (at most ``respond_wait_s``) until Slurm hears from a node it shows as not responding. The nodes
+        waited for are asked about together, one ``sinfo`` a second for all of them, whichever thread asks."""
+        deadline = time.monotonic() + self.respond_wait_s
+        while self._only_silent(node) and time.monotonic() < deadline and not self._aborted:
+            with self._refresh_lock:
+                if time.monotonic() - self._refreshed_at >= 1.0:
+                    silent = sorted(n for n in self.facts if self._only_silent(n))
+                    try:
+                        fresh = self.client.nodes(",".join(silent)) if silent else []
+                    except Exception:  # noqa: BLE001 - slurmctld busy: ask again, within the bound
+                        fresh = []
+                    for entry in fresh:
+                        if entry.name in self.facts:
+                            self.facts[entry.name] = entry
+                    self._refreshed_at = time.monotonic()
+            if self._only_silent(node):
+                time.sleep(0.2)
+        if self._only_silent(node):
+            self._waited.add(node)
 
     def detach(self, node: str) -> None:
         """The node sends no more batches (finished, failed, or interrupted)."""
@@ -437,8 +472,10 @@ class SrunTransport(Transport):
         self._in_flight = False
 
     def connect(self) -> None:
+        self.pool.await_response(self.node)
         problem = self.pool.unusable(self.node)
         if problem:
+            self.pool.detach(self.node)  # the step's gathering must not wait for it
             raise TransportError(*problem)
         self._attached = True
 

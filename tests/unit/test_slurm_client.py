@@ -127,3 +127,42 @@ def test_nodes_slurm_cannot_start_are_refused_before_the_step() -> None:
     assert shared.unusable("busy") is None
     pool.release()
     shared.release()
+
+
+def _silent(name: str):
+    from nvdeploy.inventory import Host
+    from nvdeploy.slurm.nodes import SlurmNode
+
+    node = SlurmNode(name, "idle", ("NOT_RESPONDING",), "", "", "gpu:8", ("p",), (), 0)
+    return Host(name, {"slurm_node": node.to_dict()})
+
+
+def test_a_node_not_responding_just_after_a_resume_is_waited_for_not_given_up() -> None:
+    """Slurm shows a resumed node "idle*" until its next ping: the transport waits (one sinfo a second for all
+    such nodes) and runs it once Slurm hears from it; one that stays silent past the bound is ERROR unreachable."""
+    from nvdeploy.results import ErrorReason
+    from nvdeploy.slurm.nodes import SlurmNode
+    from nvdeploy.slurm.srun import SrunPool, SrunTransport
+    from nvdeploy.transport.base import TransportError
+
+    asked: list[str] = []
+
+    class Client:
+        def nodes(self, names: str) -> list[SlurmNode]:
+            asked.append(names)
+            late = ("NOT_RESPONDING",) if len(asked) < 2 else ()
+            return [SlurmNode("late", "idle", late, "", "", "gpu:8", ("p",), (), 0),
+                    SlurmNode("gone", "idle", ("NOT_RESPONDING",), "", "", "gpu:8", ("p",), (), 0)]
+
+    pool = SrunPool([_silent("late"), _silent("gone")], SrunOptions(immediate_s=3), client=Client())  # type: ignore[arg-type]
+    try:
+        assert pool._expected == {"late", "gone"}  # the first step's gathering waits for both
+        SrunTransport(pool, "late").connect()
+        assert asked[0] == "gone,late" and pool.unusable("late") is None
+        with pytest.raises(TransportError) as raised:
+            SrunTransport(pool, "gone").connect()
+        assert raised.value.reason is ErrorReason.UNREACHABLE
+        assert "slurmd is not responding (idle*) for 3 s" in str(raised.value)
+        assert "gone" not in pool._expected and len(asked) <= 6
+    finally:
+        pool.release()

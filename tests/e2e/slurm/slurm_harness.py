@@ -91,10 +91,12 @@ class SlurmTestCluster:
         out = self.cmd("sinfo", "-R", "-h", "-N", "-o", "%N|%E").stdout
         return {line.split("|", 1)[0]: line.split("|", 1)[1] for line in out.splitlines() if "|" in line}
 
-    def states(self) -> dict[str, str]:
+    def states(self, responding: bool = False) -> dict[str, str]:
+        """sinfo's state per node. "idle*" is not responding, as a node is after a resume until slurmctld's next
+        ping; the state is still idle, and with ``responding`` the "*" is kept."""
         out = self.cmd("sinfo", "-h", "-N", "-o", "%N %t").stdout
-        # "idle*": not responding, as a node is for a moment after a resume; the state is still idle.
-        return {n: s.rstrip("*") for n, s in (line.split() for line in out.splitlines() if line.strip())}
+        return {n: s if responding else s.rstrip("*")
+                for n, s in (line.split() for line in out.splitlines() if line.strip())}
 
     def jobs(self) -> list[str]:
         return [line for line in self.cmd("squeue", "-h", "-o", "%i %j %T").stdout.splitlines() if line.strip()]
@@ -120,7 +122,8 @@ class SlurmTestCluster:
             self.set_faults(node)
             if self.states().get(node, "idle") != "idle":
                 self.cmd("scontrol", "update", f"nodename={node}", "state=resume")
-        assert self.wait_for(lambda: set(self.states().values()) == {"idle"}, 30), self.states()
+        # Idle AND responding: each test starts from the same state (test_resumed_nodes_... covers "idle*").
+        assert self.wait_for(lambda: set(self.states(responding=True).values()) == {"idle"}, 60), self.states(True)
 
     def nvdeploy(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
         return _run([sys.executable, "-m", "nvdeploy", *args], timeout, self.env)

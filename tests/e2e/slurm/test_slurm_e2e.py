@@ -41,6 +41,12 @@ def nodes_of(data: dict) -> dict:
     return {n["name"]: n for n in data["nodes"]}
 
 
+def unreached(data: dict) -> dict:
+    """Why each node could not be checked (system.reachable's ERROR summary): the message of a failed assertion."""
+    return {n["name"]: f["summary"] for n in data["nodes"] for f in n["findings"]
+            if f["check"] == "system.reachable" and f["verdict"] != "PASS"}
+
+
 def bad_checks(node: dict) -> set:
     return {f["check"] for f in node["findings"] if f["verdict"] in ("FAIL", "ERROR")}
 
@@ -95,6 +101,23 @@ def test_drain_failed_resume_only_what_nvdeploy_drained(slurm: SlurmTestCluster,
     assert "Slurm idle, GRES gpu:8, partitions debug" in html  # node2's facts, in its section
 
 
+def test_nodes_just_resumed_are_waited_for_not_reported_unreachable(slurm: SlurmTestCluster,
+                                                                   tmp_path: Path) -> None:
+    """Right after a resume Slurm shows a node "idle*" (not responding) until its next ping, and cannot allocate
+    it: --via slurm waits for it (bounded) instead of reporting it unreachable (this failed CI once)."""
+    for node in slurm.nodes:
+        slurm.cmd("scontrol", "update", f"nodename={node}", "state=drain", "reason=maintenance")
+        slurm.cmd("scontrol", "update", f"nodename={node}", "state=resume")
+    print("\nstates right after the resume:", slurm.states(responding=True))
+    slurm.set_faults("node2", ("gpu_missing",))
+    done = validate(slurm, inventory(tmp_path), tmp_path, "--via", "slurm")
+    data = results(tmp_path)
+    assert done.returncode == 1, (done.stdout + done.stderr, unreached(data))
+    assert not unreached(data)
+    assert {n["name"]: n["verdict"] for n in data["nodes"]} == {"node1": "PASS", "node2": "FAIL", "node3": "PASS",
+                                                               "node4": "PASS"}
+
+
 def test_reason_with_quotes_and_metacharacters_is_one_argv_word(slurm: SlurmTestCluster) -> None:
     from nvdeploy.slurm.client import SlurmClient
 
@@ -116,8 +139,9 @@ def test_via_slurm_per_node_faults_judged_as_over_ssh(slurm: SlurmTestCluster, t
     started = time.monotonic()
     done = validate(slurm, inventory(tmp_path), tmp_path, "--via", "slurm")
     slurm_s = time.monotonic() - started
-    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.returncode == 1, (done.stdout + done.stderr, unreached(results(tmp_path)))
     over_slurm = nodes_of(results(tmp_path))
+    assert not unreached(results(tmp_path)), unreached(results(tmp_path))
     assert {n: d["connection"] for n, d in over_slurm.items()} == dict.fromkeys(faults, "slurm")
     profile = ProfileCatalog().get(PROFILE)
     cluster = ssh_cluster_factory([(n, NodeScenario(n, profile, f).to_json()) for n, f in faults.items()])

@@ -17,6 +17,9 @@ under its own timeout.
   /etc/docker/daemon.json, /etc/containerd/config.toml and the CDI spec folders /etc/cdi, /var/run/cdi
   (listed and printed); missing paths are named on stderr. Timeout 20 s.
 - ``cdi_list``: ``nvidia-ctk cdi list``, the CDI devices the container toolkit resolves. Timeout 30 s.
+- ``kernel_driver``: one ``find`` printing /proc/driver/nvidia/version (the loaded nvidia module: open or
+  proprietary flavour, version) and /proc/sys/kernel/osrelease, each after a marker line; ib.peermem reads it
+  to accept GPUDirect RDMA through DMA-BUF. Timeout 20 s.
 - ``container_run``: ``docker run --rm --pull=never --gpus all IMAGE nvidia-smi -L`` with the host var
   ``container_image`` (an image already on the node; never pulled), timeout 300 s (host var ``container_timeout``);
   ``true`` on hosts without an image. In the light batch: it takes seconds, runs beside the others, and only lists
@@ -34,6 +37,7 @@ from nvdeploy.stack_commands import (  # noqa: F401  re-exported for the checks 
     CDI_LIST_ARGV,
     CONTAINER_FIND_ARGV,
     CUDA_FIND_ARGV,
+    KERNEL_DRIVER_FIND_ARGV,
     MPS_HELPER,
     MPS_LOG_DEFAULT,
     MPS_PIPE_DEFAULT,
@@ -46,6 +50,7 @@ CUDA_TOOLKITS = "cuda_toolkits"
 MPS_CONTROL = "mps_control"
 CONTAINER_FILES = "container_files"
 CDI_LIST = "cdi_list"
+KERNEL_DRIVER = "kernel_driver"
 CONTAINER_RUN = "container_run"
 CONTAINER_RUN_TIMEOUT_S = 300.0
 
@@ -86,3 +91,6 @@ CONTAINER_SMOKE = _register(Collector(
     CONTAINER_RUN, ("true",), CONTAINER_RUN_TIMEOUT_S, build=build_container_run,
     timeout_var="container_timeout",
     description="docker run --gpus all IMAGE nvidia-smi -L (host var container_image)"))
+KERNEL_DRIVER_FILES = _register(Collector(
+    KERNEL_DRIVER, KERNEL_DRIVER_FIND_ARGV, 20.0,
+    description="the loaded nvidia module's flavour (open/proprietary) and the kernel release (GPUDirect DMA-BUF)"))

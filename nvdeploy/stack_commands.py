@@ -32,6 +32,12 @@ CONTAINER_FIND_ARGV = (
     ")", "-printf", MARKER_FORMAT, "-exec", "cat", "{}", ";",
 )
 CDI_LIST_ARGV = ("nvidia-ctk", "cdi", "list")
+# GPUDirect RDMA through DMA-BUF (checks/ib.py ib.peermem): the loaded nvidia module's flavour and version, and the
+# running kernel, each after a marker line; find, not cat: cat is the batch script's own tool.
+KERNEL_DRIVER_FIND_ARGV = (
+    "find", "/proc/driver/nvidia/version", "/proc/sys/kernel/osrelease", "-maxdepth", "0",
+    "-printf", MARKER_FORMAT, "-exec", "cat", "{}", ";",
+)
 
 
 def docker_run_argv(image: str) -> tuple[str, ...]:

@@ -1,4 +1,5 @@
-"""InfiniBand checks: the compute fabric's HCAs Active at the expected rate, and GPUDirect RDMA (nvidia_peermem)."""
+"""InfiniBand checks: the compute fabric's HCAs Active at the expected rate, and GPUDirect RDMA (nvidia_peermem or
+DMA-BUF)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ from typing import Any, Optional
 import nvdeploy.collect_catalog  # noqa: F401  registers the collectors named below
 from nvdeploy.checks.gating import first_line, raw_gate, section
 from nvdeploy.checks.registry import NodeContext, register
+from nvdeploy.parsers.stack import parse_kernel_driver
 from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
 
 IBSTAT = "ibstat"
 LSMOD = "lsmod"
+KERNEL_DRIVER = "kernel_driver"  # nvdeploy/collect_stack.py
 RATE_TOLERANCE = 0.01
 
 
@@ -86,15 +89,49 @@ def ib_ports(ctx: NodeContext) -> list[Finding]:
                         collector=IBSTAT)]
 
 
-@register("ib.peermem", collectors=(LSMOD,))
-def ib_peermem(ctx: NodeContext) -> list[Finding]:
-    """Runs ``lsmod``: nvidia_peermem (GPUDirect RDMA) is loaded on nodes with InfiniBand.
+# GPUDirect RDMA through DMA-BUF instead of nvidia_peermem (NVIDIA GPU Operator docs, "GPUDirect RDMA and GPUDirect
+# Storage", common prerequisites table): an open kernel module driver, CUDA 11.7 or later (driver R515, the first
+# with the open modules), a Turing or newer GPU (the open modules load on nothing older), Linux 5.12 or later.
+DMABUF_MIN_KERNEL = (5, 12)
+DMABUF_MIN_DRIVER = 515
 
-    PASS: the ``nvidia_peermem`` kernel module is loaded, so NCCL can move data between GPU memory and the HCAs
-    directly (GPUDirect RDMA). FAIL (TUNE: ``modprobe nvidia_peermem`` and list it in
-    ``/etc/modules-load.d/``) when it is not: inter-node traffic would be staged through host memory at a
-    fraction of the bandwidth (unless NCCL uses DMA-BUF, which needs the open kernel modules). ERROR when lsmod
-    is missing or failed. SKIP when the node expects no InfiniBand HCA.
+
+def dmabuf_blocker(facts: Any) -> Optional[str]:
+    """Why DMA-BUF cannot carry GPUDirect RDMA on this node; None when every prerequisite nvdeploy can see holds."""
+    if facts is None or facts.nvrm_line is None:
+        return "the nvidia module is not loaded (/proc/driver/nvidia/version missing)"
+    if not facts.open_module:
+        return f"the proprietary nvidia kernel module {facts.driver_version or ''} is loaded; DMA-BUF needs the " \
+               "open GPU kernel modules".replace("  ", " ")
+    major = facts.driver_version.split(".")[0] if facts.driver_version else ""
+    if not major.isdigit() or int(major) < DMABUF_MIN_DRIVER:
+        return f"driver {facts.driver_version or '?'} is older than R{DMABUF_MIN_DRIVER} (CUDA 11.7)"
+    kernel = facts.kernel_version
+    if kernel is None:
+        return "the kernel release could not be read (/proc/sys/kernel/osrelease)"
+    if kernel < DMABUF_MIN_KERNEL:
+        return f"kernel {facts.kernel_release} is older than {DMABUF_MIN_KERNEL[0]}.{DMABUF_MIN_KERNEL[1]}"
+    return None
+
+
+@register("ib.peermem", collectors=(LSMOD, KERNEL_DRIVER))
+def ib_peermem(ctx: NodeContext) -> list[Finding]:
+    """Runs ``lsmod`` and reads ``/proc/driver/nvidia/version`` and ``/proc/sys/kernel/osrelease``: GPUDirect RDMA
+    has a kernel path on nodes with InfiniBand, through either of the two NVIDIA documents.
+
+    - **nvidia_peermem** (the legacy path, any driver, needs MLNX_OFED/DOCA-OFED): the module is in ``lsmod``.
+    - **DMA-BUF** (NVIDIA's recommendation for new deployments; no extra module): the loaded nvidia module is the
+      open flavour (its ``NVRM version:`` line says ``Open Kernel Module``), driver R515 or later (CUDA 11.7), and
+      the kernel is 5.12 or later (source: NVIDIA GPU Operator docs, "GPUDirect RDMA and GPUDirect Storage",
+      common prerequisites). The GPU being Turing or newer follows from the open module being loaded. What
+      nvdeploy cannot see from these files (the HCA driver's dma-buf support, NCCL's choice) is measured at
+      ``full`` by ``rdma.gpudirect``.
+
+    PASS naming the path found (peermem first when both are there). FAIL (TUNE: ``modprobe nvidia_peermem`` and
+    list it in ``/etc/modules-load.d/``, or move to the open kernel modules on kernel >= 5.12) when neither is,
+    naming why DMA-BUF is not usable: inter-node traffic would be staged through host memory at a fraction of
+    the bandwidth. ERROR when lsmod is missing or failed, or when peermem is absent and the two files could not
+    be read (hung or failed ``find``). SKIP when the node expects no InfiniBand HCA.
     """
     hcas, _ = ib_expectation(ctx)
     if not hcas:
@@ -107,10 +144,26 @@ def ib_peermem(ctx: NodeContext) -> list[Finding]:
         return [ctx.finding("ib.peermem", Verdict.ERROR,
                             f"lsmod exited {ctx.results[LSMOD].rc} and listed no module",
                             reason=ErrorReason.UNPARSEABLE, collector=LSMOD)]
+    files = ctx.results.get(KERNEL_DRIVER)
+    facts = parse_kernel_driver(files.text) if files is not None and files.error is None else None
+    dmabuf_why = dmabuf_blocker(facts) if facts is not None else "not read"
     if modules.loaded("nvidia_peermem"):
-        return [ctx.finding("ib.peermem", Verdict.PASS, "nvidia_peermem loaded (GPUDirect RDMA)", observed="loaded",
-                            expected="loaded", collector=LSMOD)]
+        also = "; DMA-BUF usable too" if dmabuf_why is None else ""
+        return [ctx.finding("ib.peermem", Verdict.PASS, f"nvidia_peermem loaded (GPUDirect RDMA){also}",
+                            observed="nvidia_peermem", expected="nvidia_peermem or dma-buf", collector=LSMOD)]
+    if facts is None:
+        reason = files.error if files is not None and files.error is not None else ErrorReason.NOT_RUN
+        detail = (files.error_detail or reason.value) if files is not None else "not collected"
+        return [ctx.finding("ib.peermem", Verdict.ERROR,
+                            f"nvidia_peermem not loaded and the DMA-BUF prerequisites could not be read ({detail})",
+                            reason=reason, collector=KERNEL_DRIVER)]
+    if dmabuf_why is None:
+        return [ctx.finding("ib.peermem", Verdict.PASS,
+                            f"GPUDirect RDMA through DMA-BUF: open kernel module {facts.driver_version} on kernel "
+                            f"{facts.kernel_release} (nvidia_peermem not needed)", observed="dma-buf",
+                            expected="nvidia_peermem or dma-buf", collector=KERNEL_DRIVER)]
     return [ctx.finding("ib.peermem", Verdict.FAIL,
-                        "nvidia_peermem not loaded: no GPUDirect RDMA (modprobe nvidia_peermem; add it to "
-                        "/etc/modules-load.d/)", observed="not loaded", expected="loaded",
+                        f"no GPUDirect RDMA: nvidia_peermem not loaded and DMA-BUF not usable ({dmabuf_why}); "
+                        "modprobe nvidia_peermem and add it to /etc/modules-load.d/, or use the open kernel modules "
+                        "on kernel >= 5.12", observed="not loaded", expected="nvidia_peermem or dma-buf",
                         remediation=Remediation.TUNE, collector=LSMOD)]

@@ -87,3 +87,50 @@ def parse_fabricmanager_version(text: Any) -> str | None:
     """``Fabric Manager version is : 550.90.07`` (``nv-fabricmanager --version``) -> ``550.90.07``."""
     match = _FM_RE.search(_text(text))
     return match.group(1) if match else None
+
+
+# The first line of /proc/driver/nvidia/version names the flavour of the loaded nvidia.ko:
+#   open:        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.195.03  Release Build  (...)  <date>"
+#   proprietary: "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.216.03  Thu Apr  3 01:14:19 UTC 2025"
+#                "NVRM version: NVIDIA UNIX Kernel Module for aarch64  535.161.08  Release Build  (...)"
+_NVRM_RE = re.compile(r"^NVRM version:\s*NVIDIA UNIX\s+(Open\s+)?.*?Kernel Module\b.*?\s(\d{3,}\.\d+(?:\.\d+)?)\s",
+                      re.MULTILINE)
+_RELEASE_RE = re.compile(r"^(\d+)\.(\d+)")
+
+
+@dataclass(frozen=True)
+class KernelDriverFacts:
+    """What the ``gpudirect_dmabuf`` collector printed: the loaded nvidia module's flavour and version
+    (``/proc/driver/nvidia/version``) and the running kernel (``/proc/sys/kernel/osrelease``)."""
+
+    nvrm_line: str | None        # None: /proc/driver/nvidia/version was not printed (the module is not loaded)
+    open_module: bool | None     # True: the open GPU kernel modules (dual MIT/GPL); None when no NVRM line
+    driver_version: str | None
+    kernel_release: str | None   # e.g. 5.15.0-105-generic
+
+    @property
+    def kernel_version(self) -> tuple[int, int] | None:
+        match = _RELEASE_RE.match(self.kernel_release or "")
+        return (int(match.group(1)), int(match.group(2))) if match else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"nvrm_line": self.nvrm_line, "open_module": self.open_module, "driver_version": self.driver_version,
+                "kernel_release": self.kernel_release}
+
+
+def parse_kernel_driver(text: Any) -> KernelDriverFacts:
+    """The ``find ... -printf '\\n== %p\\n' -exec cat {} ;`` output over /proc/driver/nvidia/version and
+    /proc/sys/kernel/osrelease: each file after its marker line. A file that is missing has no marker."""
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in _text(text).split("\n"):
+        if line.startswith("== /"):
+            current = sections.setdefault(line[3:].strip(), [])
+        elif current is not None:
+            current.append(line)
+    version_text = "\n".join(sections.get("/proc/driver/nvidia/version", []))
+    release = next((s.strip() for s in sections.get("/proc/sys/kernel/osrelease", []) if s.strip()), None)
+    match = _NVRM_RE.search(version_text)
+    nvrm = next((s.strip() for s in version_text.split("\n") if s.startswith("NVRM version:")), None)
+    return KernelDriverFacts(nvrm, (bool(match.group(1)) if match else None) if nvrm else None,
+                             match.group(2) if match else None, release)

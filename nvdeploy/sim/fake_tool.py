@@ -38,7 +38,7 @@ PARTIAL_TOOLS = {"cat": ("/etc/os-release|/proc/sys/kernel/random/boot_id|*nvdep
                          "|/etc/docker/*|/etc/containerd/*", "/bin/cat"),
                  "grep": ("-rsH", "/bin/grep"),
                  # only the cuda_toolkits collector's listing; the test machine's own /usr/local must not leak in
-                 "find": ("/usr/local|/usr/bin/dockerd", "/usr/bin/find")}
+                 "find": ("/usr/local|/usr/bin/dockerd|/proc/driver/nvidia/version", "/usr/bin/find")}
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the nvdeploy package
 
 

@@ -15,7 +15,9 @@ client (``nvidia-cuda-mps-control``), with their faults.
 Faults: ``cuda_toolkit:<X.Y.Z>`` (one more toolkit, /usr/local/cuda-X.Y), ``cuda_compat:<X.Y>`` (the cuda-compat
 package in /usr/local/cuda-X.Y/compat, its libcuda of the latest X.Y release, ``COMPAT_LIBCUDA``),
 ``cuda_none`` (no toolkit), ``mps_running`` (the control daemon runs), ``mps_missing`` (the control tool is not
-installed: exit 127); ``container_ready``, ``cdi_stale``, ``cdi_short``, ``ctk_missing``, ``image_missing`` (the
+installed: exit 127); ``open_modules`` (the open flavour of nvidia.ko in /proc/driver/nvidia/version, read by
+the ``kernel_driver`` find with /proc/sys/kernel/osrelease); ``container_ready``, ``cdi_stale``, ``cdi_short``,
+``ctk_missing``, ``image_missing`` (the
 container runtime, below). ``docker`` answers only ``docker run --rm --pull=never --gpus all IMAGE nvidia-smi -L``:
 exit 127 without a docker package, the real "could not select device driver" error (exit 125) without the NVIDIA
 container toolkit, "No such image" with ``image_missing``, else the node's ``nvidia-smi -L``.
@@ -29,7 +31,14 @@ from typing import Optional
 
 from nvdeploy.sim.scenario import NodeScenario, gpu_uuid, node_facts, register_fault
 from nvdeploy.sim.tools import TOOL_HOOKS, ToolOutput, register_tool
-from nvdeploy.stack_commands import CONTAINER_FIND_ARGV, CUDA_FIND_ARGV, MPS_HELPER, MPS_SCRIPT, MPS_SHELL
+from nvdeploy.stack_commands import (
+    CONTAINER_FIND_ARGV,
+    CUDA_FIND_ARGV,
+    KERNEL_DRIVER_FIND_ARGV,
+    MPS_HELPER,
+    MPS_SCRIPT,
+    MPS_SHELL,
+)
 
 register_fault("cuda_toolkit", "one more CUDA toolkit, /usr/local/cuda-X.Y with version.json X.Y.Z",
                pattern=r"cuda_toolkit:\d+\.\d+\.\d+")
@@ -269,6 +278,40 @@ def _ib_write_bw(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
     return ToolOutput(perftest_text(scenario, hca, gpu, bw).encode())
 
 
+# --- the loaded nvidia module and the kernel (kernel_driver collector: GPUDirect RDMA through DMA-BUF) -------------
+
+register_fault("open_modules", "the loaded nvidia.ko is the open GPU kernel module flavour (NVRM 'Open Kernel "
+               "Module'): with kernel >= 5.12 GPUDirect RDMA can use DMA-BUF instead of nvidia_peermem")
+# /proc/driver/nvidia/version as the two flavours print it (real lines: 570.195.03 open, 535.216.03 proprietary).
+_NVRM_OPEN = ("NVRM version: NVIDIA UNIX Open Kernel Module for {arch}  {version}  Release Build  "
+              "(dvs-builder@U22-I3-H04-03-1)  Sat Sep 20 00:47:16 UTC 2025\n")
+_NVRM_PROPRIETARY = "NVRM version: NVIDIA UNIX {arch} Kernel Module  {version}  Thu Apr  3 01:14:19 UTC 2025\n"
+_NVRM_PROPRIETARY_ARM = ("NVRM version: NVIDIA UNIX Kernel Module for aarch64  {version}  Release Build  "
+                         "(dvs-builder@U16-I3-B03-4-3)  Thu Apr  3 01:14:19 UTC 2025\n")
+_GCC = "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04) \n"
+
+
+def kernel_driver_output(scenario: NodeScenario) -> tuple[str, str, int]:
+    """(stdout, stderr, rc) of the kernel_driver find: the version file only while the nvidia module is loaded."""
+    from nvdeploy.sim import state as st
+
+    state = st.current(scenario)
+    arch = "aarch64" if scenario.has("arm64") else "x86_64"
+    out, err = [], []
+    if "nvidia" in state.modules and state.loaded_driver:
+        if scenario.has("open_modules"):
+            line = _NVRM_OPEN.format(arch=arch, version=state.loaded_driver)
+        elif arch == "aarch64":
+            line = _NVRM_PROPRIETARY_ARM.format(version=state.loaded_driver)
+        else:
+            line = _NVRM_PROPRIETARY.format(arch=arch, version=state.loaded_driver)
+        out.append(f"\n== /proc/driver/nvidia/version\n{line}{_GCC}")
+    else:
+        err.append("find: '/proc/driver/nvidia/version': No such file or directory\n")
+    out.append(f"\n== /proc/sys/kernel/osrelease\n{state.kernel}\n")
+    return "".join(out), "".join(err), 1 if err else 0
+
+
 @register_tool("find")
 def _find(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
     if tuple(args) == CUDA_FIND_ARGV[1:]:
@@ -276,7 +319,11 @@ def _find(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
     if tuple(args) == CONTAINER_FIND_ARGV[1:]:
         out, err = container_find_output(scenario)
         return ToolOutput(out.encode(), err.encode(), 1 if err else 0)
-    return ToolOutput(b"", b"find: only the cuda_toolkits and container_files command lines are simulated\n", 2)
+    if tuple(args) == KERNEL_DRIVER_FIND_ARGV[1:]:
+        out, err, rc = kernel_driver_output(scenario)
+        return ToolOutput(out.encode(), err.encode(), rc)
+    return ToolOutput(b"", b"find: only the cuda_toolkits, container_files and kernel_driver command lines are "
+                      b"simulated\n", 2)
 
 
 @register_tool("nvidia-cuda-mps-control")

@@ -108,3 +108,21 @@ def test_gpudirect_pairs_over_ssh(ssh_cluster_factory, tmp_path: Path):
     assert all((f.verdict, f.observed, f.expected) == (Verdict.FAIL, 180.0, ">= 320") for f in slow)
     evidence = sorted((outcome.run_dir / "evidence" / "_cluster").glob("gpudirect_*_g3-g4_client.out"))
     assert evidence and "BW average[Gb/sec]" in evidence[0].read_text()
+
+
+def test_gpudirect_dmabuf_path_over_ssh(ssh_cluster_factory, tmp_path: Path):
+    # The kernel_driver collector is GNU find over /proc on the node; the fake find answers for the node's module
+    # flavour (open_modules) and kernel. Open modules without nvidia_peermem: DMA-BUF, PASS; proprietary: FAIL.
+    cluster = ssh_cluster_factory([scenario("legacy"), scenario("dmabuf", "peermem_missing", "open_modules"),
+                                   scenario("nopath", "peermem_missing")])
+    path = tmp_path / "ssh.yaml"
+    path.write_text(cluster.inventory_yaml(profile="h100-sxm-8x", command_timeout=120))
+    outcome = run_validate(load_inventory(path, CATALOG), CATALOG,
+                           EngineOptions(checks=("driver.loaded", "ib.peermem")), tmp_path / "reports")
+    found = {n.name: f for n in outcome.run.nodes for f in n.findings if f.check == "ib.peermem"}
+    assert (found["legacy"].verdict, found["legacy"].observed) == (Verdict.PASS, "nvidia_peermem")
+    assert (found["dmabuf"].verdict, found["dmabuf"].observed) == (Verdict.PASS, "dma-buf")
+    assert "open kernel module 550.90.07 on kernel 5.15.0-105-generic" in found["dmabuf"].summary
+    assert found["nopath"].verdict is Verdict.FAIL and "proprietary" in found["nopath"].summary
+    evidence = (outcome.run_dir / "evidence" / "dmabuf" / "kernel_driver.out").read_text()
+    assert "NVIDIA UNIX Open Kernel Module for x86_64" in evidence and "== /proc/sys/kernel/osrelease" in evidence

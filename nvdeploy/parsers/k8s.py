@@ -1,5 +1,6 @@
 """Kubernetes API objects as ``kubectl get ... -o json`` prints them: the GPU Operator's ClusterPolicy, its
-validator pods and the nodes. Pure: text in, typed facts out; odd input gives what could be read plus warnings."""
+NVIDIADriver custom resources (nvidia.com/v1alpha1), its validator pods and the nodes. Pure: text in,
+typed facts out; odd input gives what could be read plus warnings."""
 
 from __future__ import annotations
 
@@ -8,6 +9,14 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# With the MIG "mixed" strategy the device plugin advertises each MIG profile as its own resource
+# (nvidia.com/mig-1g.10gb, ...) next to nvidia.com/gpu for the GPUs not in MIG mode; GPU feature discovery labels
+# the strategy, the physical GPU count and each profile's instance count (nvidia.com/mig-<profile>.count).
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
+MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 # GPU feature discovery's labels of the driver the node runs (older GFD: cuda.driver.*, newer also
 # cuda.driver-version.*); either set names major.minor.rev.
 _DRIVER_LABELS = (("nvidia.com/cuda.driver-version.major", "nvidia.com/cuda.driver-version.minor",
@@ -22,6 +31,24 @@ class ClusterPolicy:
     state: Optional[str]          # status.state: ready / notReady / ignored; None before the first reconcile
     driver_enabled: bool          # spec.driver.enabled (default true): the operator installs the driver
     driver_version: Optional[str]  # spec.driver.version, when set
+    uses_driver_crd: bool = False  # spec.driver.useNvidiaDriverCRD: NVIDIADriver objects own the driver instead
+    mig_strategy: Optional[str] = None  # spec.mig.strategy: none / single / mixed
+
+
+@dataclass(frozen=True)
+class NvidiaDriver:
+    """One NVIDIADriver custom resource (cluster-scoped, GPU Operator v23.9+): the driver for the nodes its
+    ``nodeSelector`` picks (all GPU nodes when empty)."""
+
+    name: str
+    version: Optional[str]        # spec.version: a full version, or a branch ("580") with usePrecompiled
+    driver_type: str              # spec.driverType: gpu / vgpu / vgpu-host-manager
+    state: Optional[str]          # status.state: ready / notReady / disabled / ignored; None before reconcile
+    node_selector: tuple[tuple[str, str], ...]
+    precompiled: bool = False
+
+    def selects(self, labels: dict[str, str]) -> bool:
+        return all(labels.get(key) == value for key, value in self.node_selector)
 
 
 @dataclass(frozen=True)
@@ -39,6 +66,17 @@ class K8sNode:
     hostname: Optional[str]       # label kubernetes.io/hostname
     allocatable_gpus: Optional[int]  # status.allocatable["nvidia.com/gpu"]; None when not advertised
     driver_version: Optional[str]  # from GPU feature discovery's labels
+    mig_strategy: Optional[str] = None  # label nvidia.com/mig.strategy (none / single / mixed)
+    mig_devices: tuple[tuple[str, int], ...] = ()  # allocatable nvidia.com/mig-<profile>, by profile
+    gpu_count_label: Optional[int] = None  # label nvidia.com/gpu.count (physical GPUs, MIG devices under single)
+    mig_count_labels: tuple[tuple[str, int], ...] = ()  # labels nvidia.com/mig-<profile>.count
+    mig_config_state: Optional[str] = None  # label nvidia.com/mig.config.state: success / pending / failed
+    product: Optional[str] = None  # label nvidia.com/gpu.product (ends "-MIG-<profile>" under single)
+    labels: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def mig_total(self) -> int:
+        return sum(count for _, count in self.mig_devices)
 
 
 @dataclass(frozen=True)
@@ -85,8 +123,27 @@ def parse_cluster_policies(text: str) -> Parsed:
         enabled = _get(item, "spec", "driver", "enabled")
         version = _get(item, "spec", "driver", "version")
         state = _get(item, "status", "state")
+        strategy = _get(item, "spec", "mig", "strategy")
         out.append(ClusterPolicy(_name(item), str(state) if state else None,
-                                 enabled is not False, str(version) if version not in (None, "") else None))
+                                 enabled is not False, str(version) if version not in (None, "") else None,
+                                 _get(item, "spec", "driver", "useNvidiaDriverCRD") is True,
+                                 str(strategy) if strategy else None))
+    return Parsed(tuple(out), tuple(warnings), ok)
+
+
+def parse_nvidia_drivers(text: str) -> Parsed:
+    """``kubectl get nvidiadrivers.nvidia.com -o json``."""
+    items, warnings, ok = _items(text, "NVIDIADriver")
+    out = []
+    for item in items:
+        version = _get(item, "spec", "version")
+        selector = _get(item, "spec", "nodeSelector")
+        selector = selector if isinstance(selector, dict) else {}
+        state = _get(item, "status", "state")
+        out.append(NvidiaDriver(_name(item), str(version) if version not in (None, "") else None,
+                                str(_get(item, "spec", "driverType") or "gpu"), str(state) if state else None,
+                                tuple(sorted((str(k), str(v)) for k, v in selector.items())),
+                                _get(item, "spec", "usePrecompiled") is True))
     return Parsed(tuple(out), tuple(warnings), ok)
 
 
@@ -134,6 +191,11 @@ def _driver(labels: dict[str, Any]) -> Optional[str]:
     return None
 
 
+def _label(labels: dict[str, Any], name: str) -> Optional[str]:
+    value = labels.get(name)
+    return str(value) if value not in (None, "") else None
+
+
 def parse_nodes(text: str) -> Parsed:
     items, warnings, ok = _items(text, "Node")
     out = []
@@ -145,5 +207,23 @@ def parse_nodes(text: str) -> Parsed:
         if gpus is not None and count is None:
             warnings.append(f"{_name(item)}: allocatable {GPU_RESOURCE} {gpus!r} is not a number")
         hostname = labels.get("kubernetes.io/hostname")
-        out.append(K8sNode(_name(item), str(hostname) if hostname else None, count, _driver(labels)))
+        allocatable = _get(item, "status", "allocatable")
+        mig = []
+        for key, value in sorted(allocatable.items()) if isinstance(allocatable, dict) else []:
+            if str(key).startswith(MIG_RESOURCE_PREFIX):
+                number = _int(value)
+                if number is None:
+                    warnings.append(f"{_name(item)}: allocatable {key} {value!r} is not a number")
+                else:
+                    mig.append((str(key)[len("nvidia.com/"):], number))
+        mig_labels = tuple((str(k)[len("nvidia.com/"):-len(".count")], n) for k, v in sorted(labels.items())
+                           if str(k).startswith(MIG_RESOURCE_PREFIX) and str(k).endswith(".count")
+                           and (n := _int(v)) is not None)
+        gpu_label = labels.get(GPU_COUNT_LABEL)
+
+        out.append(K8sNode(_name(item), str(hostname) if hostname else None, count, _driver(labels),
+                           _label(labels, MIG_STRATEGY_LABEL), tuple(mig),
+                           _int(gpu_label) if gpu_label is not None else None,
+                           mig_labels, _label(labels, MIG_CONFIG_STATE_LABEL), _label(labels, GPU_PRODUCT_LABEL),
+                           tuple(sorted((str(k), str(v)) for k, v in labels.items()))))
     return Parsed(tuple(out), tuple(warnings), ok)

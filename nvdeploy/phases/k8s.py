@@ -72,7 +72,8 @@ def _expected(host: Host, catalog: ProfileCatalog, node: Optional[NodeResult]) -
 def run_gpu_operator(nodes: Sequence[NodeResult], hosts: Sequence[Host], catalog: ProfileCatalog, recorder,
                      checks: Sequence[str], deadline_at: Optional[float] = None
                      ) -> tuple[list[NodeResult], list[Finding]]:
-    """Each kubeconfig's hosts: three kubectl calls, then the selected gpu_operator.* findings."""
+    """Each kubeconfig's hosts: three kubectl calls (four with the NVIDIADriver list), then the selected
+    gpu_operator.* findings."""
     selected = [c for c in op.CHECK_IDS if c in checks]
     scoped = [h for h in hosts if wanted(h)]
     if not selected or not scoped:
@@ -107,10 +108,21 @@ def run_gpu_operator(nodes: Sequence[NodeResult], hosts: Sequence[Host], catalog
             if recorder is not None:
                 evidence[check] = recorder.write_evidence("_cluster", [replace(results[check], name=name)])[0].path
         evidence[op.DRIVER] = evidence.get(op.ALLOCATABLE, "")
+        # NVIDIADriver objects (GPU Operator v23.9+), only once the API server has answered: a cluster that did not
+        # answer is reported by the calls above, and must not cost another timeout.
+        drivers: Optional[CommandResult] = None
+        policy = results[op.POLICY]
+        remaining = None if deadline_at is None else deadline_at - time.monotonic()
+        if op.DRIVER in selected and policy.error is None and policy.rc == 0 and (remaining is None or remaining > 1):
+            budget = timeout if remaining is None else min(timeout, remaining)
+            name = f"kubectl_{index:02d}_nvidiadrivers"
+            drivers = kubectl(_base(first, budget) + ["get", "nvidiadrivers.nvidia.com", "-o", "json"], name, budget)
+            if recorder is not None:
+                evidence[op.DRIVERS_EVIDENCE] = recorder.write_evidence("_cluster",
+                                                                     [replace(drivers, name=name)])[0].path
         expected = [_expected(h, catalog, by_name.get(h.name)) for h in members]
         outcome = op.evaluate_operator(expected, results[op.POLICY], results[op.VALIDATOR], results[op.ALLOCATABLE],
-                                       selected,
-                                    evidence)
+                                       selected, evidence, drivers)
         cluster += outcome.cluster
         for name, findings in outcome.per_node.items():
             per_node.setdefault(name, []).extend(findings)

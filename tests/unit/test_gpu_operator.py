@@ -226,6 +226,9 @@ for key, path in files.items():
     if key in args:
         sys.stdout.write(open(path).read())
         sys.exit(0)
+if "nvidiadrivers.nvidia.com" in args:  # an operator without the NVIDIADriver CRD, as kubectl reports it
+    sys.stderr.write("error: the server doesn't have a resource type \\"nvidiadrivers\\"\\n")
+    sys.exit(1)
 sys.stderr.write("unexpected: " + " ".join(args))
 sys.exit(1)
 """

@@ -1,13 +1,15 @@
 """Power: each node's GPU power at idle and at the enforced limits, rolled up per rack and cluster against the
-inventory's rack power budgets. The per-GPU limit against the profile stays in clocks.power_limit."""
+inventory's rack power budgets, with DCGM diag's power tests (Targeted Power, Pulse) cross-referenced. The per-GPU
+limit against the profile stays in clocks.power_limit."""
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from nvdeploy.checks.common import SMI, smi_gate, split_gpus
+from nvdeploy.checks.dcgm import test_key
 from nvdeploy.checks.registry import CLUSTER_CHECKS, NodeContext, register
 from nvdeploy.hostrange import fold
 from nvdeploy.results import Finding, NodeResult, Remediation, Verdict
@@ -24,8 +26,13 @@ CLUSTER_CHECKS[BUDGET_CHECK] = (
     "Rolls up the power.node findings by the host var ``rack``: FAIL (TUNE) when a rack's summed GPU power "
     "limits exceed its ``rack_power_budget_w`` (a group var), PASS otherwise. See ``nvdeploy checks show power.node``.")
 CLUSTER_CHECKS[CLUSTER_CHECK] = (
-    "The cluster's GPU power at idle and at the enforced limits, in kW, per rack and in total (always PASS: a "
-    "record for the report). See ``nvdeploy checks show power.node``.")
+    "The cluster's GPU power at idle and at the enforced limits, in kW, per rack and in total, and every GPU whose "
+    "DCGM power test (Targeted Power, Pulse) did not pass, named with the dcgm.diag_rN finding that judges it "
+    "(always PASS: a record for the report; the FAIL is dcgm.diag_rN's). See ``nvdeploy checks show power.node``.")
+# DCGM diag's power tests (normalised names, checks/dcgm.py test_key): Targeted Power at r3/r4, Pulse at r4.
+POWER_TESTS = frozenset({"targeted_power", "pulse_test"})
+# DCGM_FR_TARGET_POWER_MSG: "Max power of %.1f did not reach desired power minimum %s of %.1f for GPU %u".
+_MAX_POWER = re.compile(r"Max power of ([0-9.]+) did not reach desired power minimum \S+ of ([0-9.]+)")
 
 
 def idle_draw_w(xml_text: str) -> list[float]:
@@ -42,6 +49,33 @@ def idle_draw_w(xml_text: str) -> list[float]:
     return draws
 
 
+def dcgm_power_results(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each GPU result of a DCGM power test in the node's diag runs, lowest level first: level, test, GPU,
+    verdict (PASS/FAIL/WARN/SKIP), the check that judges it, and from a Targeted Power failure the power reached
+    and the target (watts). Empty when no diag with a power test ran (quick and standard levels)."""
+    out: list[dict[str, Any]] = []
+    diag = facts.get("dcgm_diag") or {}
+    for level, run in sorted(diag.items()):
+        for test in getattr(run, "tests", ()):
+            if test_key(test.name) not in POWER_TESTS:
+                continue
+            for res in test.results:
+                entry: dict[str, Any] = {"level": level, "test": test.name, "gpu": res.gpu, "verdict": res.verdict,
+                                         "check": f"dcgm.diag_r{level}"}
+                match = _MAX_POWER.search(" ".join(res.messages or test.messages))
+                if match:
+                    entry["reached_w"], entry["target_w"] = float(match.group(1)), float(match.group(2))
+                out.append(entry)
+    return out
+
+
+def describe_power_result(entry: Mapping[str, Any]) -> str:
+    """'GPU2: r3 Targeted Power FAIL, 411.2 W of 630 W (dcgm.diag_r3)'."""
+    where = f"GPU{entry['gpu']}: " if entry.get("gpu") is not None else ""
+    watts = f", {entry['reached_w']:g} W of {entry['target_w']:g} W" if "reached_w" in entry else ""
+    return f"{where}r{entry['level']} {entry['test']} {entry['verdict']}{watts} ({entry['check']})"
+
+
 def _kw(watts: float) -> str:
     return f"{watts / 1000:.1f} kW"
 
@@ -51,6 +85,12 @@ def power_node(ctx: NodeContext) -> list[Finding]:
     """Sums the node's GPU power from ``nvidia-smi -q -x``: the enforced power limits (the most the GPUs may
     draw) and the current draw (idle, when nothing runs). PASS records ``{gpus, limit_w, draw_w, rack,
     rack_budget_w}`` for the cluster stage; the per-GPU limit against the profile is ``clocks.power_limit``.
+
+    DCGM power tests: when a ``dcgmi diag`` run with a power test (Targeted Power at r3/r4, Pulse at r4) is in the
+    node's results, the summary and ``observed.dcgm_power`` list every GPU result that did not pass (with the power
+    reached and the target from DCGM's "Max power of X did not reach desired power minimum ... of Y"), naming the
+    ``dcgm.diag_rN`` finding that judges it. power.node does not FAIL for it: that GPU's FAIL is dcgm.diag_rN's,
+    so it counts once in the verdict counts and the exit status; power.node shows it beside the node's power.
 
     Cluster stage: ``power.budget`` sums the limits of the nodes of each ``rack`` (host var) and FAILs (TUNE:
     lower the power limits, ``nvidia-smi -pl``, or move nodes) a rack whose sum exceeds its
@@ -78,8 +118,18 @@ def power_node(ctx: NodeContext) -> list[Finding]:
                 "rack_budget_w": float(budget) if budget is not None else None}
     now = f", drawing {draw:g} W now" if draw is not None else ", draw not reported"
     where = f" (rack {rack})" if rack is not None else ""
+    tests = dcgm_power_results(ctx.facts)
+    dcgm = ""
+    if tests:
+        # Cross-reference, not a second verdict: the failing GPU is dcgm.diag_rN's FAIL (one FAIL per cause, so
+        # verdict counts and the exit status count it once); here it sits next to the node's power figures.
+        bad = [t for t in tests if t["verdict"] != "PASS"]
+        observed["dcgm_power"] = bad
+        observed["dcgm_power_passed"] = len(tests) - len(bad)
+        dcgm = ("; DCGM power tests: " + "; ".join(describe_power_result(t) for t in bad)) if bad else \
+            f"; DCGM power tests passed ({len(tests)} GPU results)"
     return [ctx.finding(NODE_CHECK, Verdict.PASS,
-                        f"{len(split.known)} GPUs: power limits {limit:g} W in total{now}{where}",
+                        f"{len(split.known)} GPUs: power limits {limit:g} W in total{now}{where}{dcgm}",
                         observed=observed, unit="W", collector=SMI)]
 
 
@@ -130,11 +180,19 @@ def evaluate_power(nodes: Sequence[NodeResult]) -> list[Finding]:
     parts = "; ".join(f"{rack}: {_kw(r['limit_w'])} at the limits"
                       + (f", {_kw(r['draw_w'])} idle" if r["draw_w"] is not None else "")
                       for rack, r in per_rack.items())
+    tested = [(name, p) for members in racks.values() for name, p in members if "dcgm_power" in p]
+    failures = [f"{name} {describe_power_result(t)}" for name, p in sorted(tested) for t in p["dcgm_power"]]
+    dcgm = ""
+    if tested:
+        dcgm = (f"; DCGM power tests not passed: {'; '.join(failures)}" if failures else
+                f"; DCGM power tests passed on {fold([name for name, _ in tested])}")
+    observed: dict[str, Any] = {"limit_w": round(total_limit, 2),
+                                "draw_w": round(total_draw, 2) if total_draw is not None else None, "racks": per_rack}
+    if tested:
+        observed["dcgm_power"] = failures
     findings.append(Finding(CLUSTER_CHECK, Verdict.PASS,
                             f"cluster GPU power: {_kw(total_limit)} at the limits"
                             + (f", {_kw(total_draw)} at idle" if total_draw is not None else "")
-                            + f" ({sum(r['gpus'] for r in per_rack.values())} GPUs; {parts})",
-                            observed={"limit_w": round(total_limit, 2),
-                                      "draw_w": round(total_draw, 2) if total_draw is not None else None,
-                                      "racks": per_rack}, unit="W"))
+                            + f" ({sum(r['gpus'] for r in per_rack.values())} GPUs; {parts}){dcgm}",
+                            observed=observed, unit="W"))
     return findings

@@ -295,12 +295,23 @@ def _finished(finished: queue.SimpleQueue[cf.Future[NodeResult]], wait_s: float)
 
 
 def run_hosts(hosts: Sequence[Host], runner: NodeRunner, forks: int,
-              on_result: Callable[[NodeResult], None]) -> tuple[dict[str, NodeResult], Optional[Interrupted]]:
+              on_result: Callable[[NodeResult], None],
+              keep: bool = True) -> tuple[dict[str, NodeResult], Optional[Interrupted]]:
     """Fan out over ``hosts`` with at most ``forks`` at once. Returns results by name and the interrupt, if any.
 
-    Every host gets a result: hosts never started because of an interrupt are ERROR ``interrupted``.
+    Every host gets a result: hosts never started because of an interrupt are ERROR ``interrupted``. With
+    ``keep=False`` the results handed to ``on_result`` are not kept (the caller keeps them, e.g. on disk: a fleet
+    run must not hold every node's findings and evidence records); the dict then holds only those never handed.
     """
     results: dict[str, NodeResult] = {}
+    handed: set[str] = set()
+
+    def take(node: NodeResult) -> None:
+        handed.add(node.name)
+        if keep:
+            results[node.name] = node
+        on_result(node)
+
     interrupt: Optional[Interrupted] = None
     workers = max(1, min(forks, len(hosts)))
     pool = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nvd-node")
@@ -321,9 +332,9 @@ def run_hosts(hosts: Sequence[Host], runner: NodeRunner, forks: int,
                 pending.discard(future)
                 if future.cancelled():
                     continue
-                node = future.result()
-                results[node.name] = node
-                on_result(node)
+                # Dropped from the map: a finished future holds its node's whole result.
+                futures.pop(future, None)
+                take(future.result())
     except (KeyboardInterrupt, Interrupted) as exc:
         interrupt = exc if isinstance(exc, Interrupted) else Interrupted(130)
         runner.abort_all()
@@ -332,9 +343,8 @@ def run_hosts(hosts: Sequence[Host], runner: NodeRunner, forks: int,
         # Running nodes see their transport closed and return promptly; give them a moment to report.
         finished, _ = cf.wait([f for f in pending if not f.cancelled()], timeout=5)
         for future in finished:
-            node = future.result()
-            results[node.name] = node
-            on_result(node)
+            futures.pop(future, None)
+            take(future.result())
     except OutputError:
         # Evidence or journal cannot be written: stop every node now; the caller reports it (exit 2).
         runner.abort_all()
@@ -345,7 +355,7 @@ def run_hosts(hosts: Sequence[Host], runner: NodeRunner, forks: int,
         pool.shutdown(wait=False, cancel_futures=True)
         gc.set_threshold(*thresholds)
     for host in futures.values():
-        if host.name not in results:
+        if host.name not in handed and host.name not in results:
             results[host.name] = error_node(host, "system.reachable", "not finished: run interrupted",
                                             ErrorReason.INTERRUPTED)
     return results, interrupt

@@ -11,13 +11,15 @@ import contextlib
 import hashlib
 import json
 import os
+import pickle
 import re
 import sys
+import tempfile
 import threading
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator, Optional, Sequence
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Optional, Sequence, Union, overload
 
-from nvdeploy.results import CommandResult, EvidenceRecord, NodeResult
+from nvdeploy.results import CommandResult, EvidenceRecord, NodeBrief, NodeResult
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -152,6 +154,121 @@ class RunRecorder:
                 self._journal.close()
             except OSError:
                 pass
+
+
+class NodeSpool:
+    """Finished nodes kept on disk while a run goes on, so a 10,000-node run does not hold every node's findings,
+    evidence records and facts until its reports are written; only a :class:`NodeBrief` per node stays in memory.
+
+    The spool is an anonymous file (unlinked at once, in the run folder: on the run's disk, nothing left behind
+    even after a crash) of pickled :class:`NodeResult`s: read back exactly as they were, tuples and enums included,
+    which the JSON journal cannot promise (the reports must not change with where a node was kept). Adding a node
+    under a name already there replaces it (a cluster stage's updated node).
+    """
+
+    def __init__(self, folder: Path, brief: Callable[[NodeResult], NodeBrief] = NodeBrief.of) -> None:
+        self._brief = brief
+        self._lock = threading.Lock()
+        self._end = 0
+        # name -> (offset, length, brief); a length of -1: kept in ``_held`` (a node pickle could not write).
+        self._where: dict[str, tuple[int, int, NodeBrief]] = {}
+        self._held: dict[str, NodeResult] = {}
+        self._shared: dict[Any, Any] = {}
+        try:
+            self._file = tempfile.TemporaryFile(dir=folder, prefix=".nodes-")
+        except OSError as exc:
+            raise OutputError(f"cannot create a spool file in {folder}: {exc.strerror or exc}") from None
+
+    def _share(self, value: Any) -> Any:
+        """An equal value already kept, if any (healthy nodes have equal check lists and facts)."""
+        try:
+            key = (type(value), tuple(value.items()) if isinstance(value, dict) else value)
+            return self._shared.setdefault(key, value)
+        except TypeError:  # an unhashable fact value: kept as is
+            return value
+
+    def add(self, node: NodeResult) -> None:
+        brief = self._brief(node)
+        brief = brief._replace(checks=self._share(brief.checks), facts=self._share(brief.facts),
+                               kept=self._share(brief.kept), profile=sys.intern(brief.profile))
+        try:
+            data = pickle.dumps(node, protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError):
+            with self._lock:  # a value pickle cannot write (never seen): that node stays in memory
+                self._held[node.name] = node
+                self._where[node.name] = (0, -1, brief)
+            return
+        with self._lock:
+            offset = self._end
+            try:
+                os.pwrite(self._file.fileno(), data, offset)
+            except OSError as exc:
+                raise OutputError(f"cannot spool node results: {exc.strerror or exc}") from None
+            self._end += len(data)
+            self._held.pop(node.name, None)
+            self._where[node.name] = (offset, len(data), brief)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._where
+
+    def names(self) -> list[str]:
+        return list(self._where)
+
+    def brief(self, name: str) -> NodeBrief:
+        return self._where[name][2]
+
+    def get(self, name: str) -> NodeResult:
+        offset, length, _brief = self._where[name]
+        return self._read(name, offset, length)
+
+    def _read(self, name: str, offset: int, length: int) -> NodeResult:
+        if length < 0:
+            return self._held[name]
+        data = os.pread(self._file.fileno(), length, offset)
+        if len(data) != length:
+            raise OutputError(f"node spool read short for {name}")
+        node = pickle.loads(data)  # noqa: S301 - our own private, unlinked file, written by this process
+        assert isinstance(node, NodeResult)
+        return node
+
+    def nodes(self, order: Sequence[str] = ()) -> SpooledNodes:
+        """The nodes named in ``order`` (those the spool has), then the others in the order they were added."""
+        wanted = [name for name in order if name in self._where]
+        listed = set(wanted)
+        wanted += [name for name in self._where if name not in listed]
+        return SpooledNodes(self, [(name, *self._where[name]) for name in wanted])
+
+
+class SpooledNodes(Sequence[NodeResult]):
+    """A run's nodes, read back from the spool one at a time: iterate it (each node is read when reached and
+    dropped after), do not build lists of it. ``briefs`` are the per-node summaries kept in memory."""
+
+    def __init__(self, spool: NodeSpool, entries: list[tuple[str, int, int, NodeBrief]]) -> None:
+        self._spool = spool
+        self._entries = entries
+        self.briefs: list[NodeBrief] = [entry[3] for entry in entries]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @overload
+    def __getitem__(self, index: int) -> NodeResult: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[NodeResult]: ...
+
+    def __getitem__(self, index: Union[int, slice]) -> Union[NodeResult, list[NodeResult]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        name, offset, length, _brief = self._entries[index]
+        return self._spool._read(name, offset, length)
+
+    def __iter__(self) -> Iterator[NodeResult]:
+        for name, offset, length, _brief in self._entries:
+            yield self._spool._read(name, offset, length)
+
+    def __repr__(self) -> str:
+        return f"SpooledNodes({len(self)} nodes)"
 
 
 def read_journal(path: Path) -> tuple[Optional[dict[str, Any]], list[NodeResult], list[str]]:

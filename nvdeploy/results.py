@@ -11,7 +11,7 @@ import copy
 import dataclasses
 import enum
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, NamedTuple, Optional, Sequence
 
 SCHEMA_VERSION = 1
 
@@ -286,6 +286,57 @@ class NodeResult:
         )
 
 
+# The facts a brief keeps by default: what the reports' node table shows.
+BRIEF_FACTS = ("driver_version", "cuda_version", "gpu_count", "gpu_model")
+
+
+class NodeBrief(NamedTuple):
+    """What a run keeps in memory of a finished node once its full result is on disk (record.py NodeSpool): enough
+    for the run's verdict and counts, the folded matrix, the "All nodes" table and the cluster checks.
+
+    ``checks``, ``facts`` and ``kept`` are shared between nodes with equal values (a healthy fleet has a handful of
+    distinct ones), so a brief costs about one small tuple per node."""
+
+    name: str
+    verdict: Verdict
+    profile: str = ""
+    duration_s: float = 0.0
+    address: str = ""
+    # The worst verdict of each check, in the order the node's findings first name it.
+    checks: tuple[tuple[str, Verdict], ...] = ()
+    # The facts the cluster checks and the reports' node table read (a subset of NodeResult.facts).
+    facts: Mapping[str, Any] = {}
+    # The findings the cluster checks read (power.node), in order.
+    kept: tuple[Finding, ...] = ()
+
+    @classmethod
+    def of(cls, node: NodeResult, fact_keys: Iterable[str] = BRIEF_FACTS, keep: Iterable[str] = ()) -> NodeBrief:
+        worst: dict[str, Verdict] = {}
+        for finding in node.findings:
+            current = worst.get(finding.check)
+            if current is None or finding.verdict.severity > current.severity:
+                worst[finding.check] = finding.verdict
+        wanted = set(keep)
+        return cls(node.name, Verdict.worst(worst.values()), node.profile, node.duration_s, node.address,
+                   tuple(worst.items()), {k: node.facts[k] for k in fact_keys if k in node.facts},
+                   tuple(f for f in node.findings if f.check in wanted) if wanted else ())
+
+
+def node_briefs(nodes: Sequence[NodeResult]) -> Sequence[NodeBrief]:
+    """The briefs of ``nodes``: kept by a spooled node list, computed (one pass) for nodes held in memory."""
+    briefs = getattr(nodes, "briefs", None)
+    if briefs is not None:
+        return briefs  # type: ignore[no-any-return]
+    return [NodeBrief.of(n) for n in nodes]
+
+
+def node_verdicts(nodes: Sequence[NodeResult]) -> list[Verdict]:
+    briefs = getattr(nodes, "briefs", None)
+    if briefs is not None:
+        return [b.verdict for b in briefs]
+    return [n.verdict for n in nodes]
+
+
 def cluster_verdict(node_verdicts: Iterable[Verdict], fail_on_warn: bool = False) -> ClusterVerdict:
     """READY only when every node passed (SKIP-only nodes count as passed); any FAIL is NOT_READY."""
     verdicts = list(node_verdicts)
@@ -315,7 +366,9 @@ class RunResult:
     run_id: str
     cluster: str
     phase: str
-    nodes: tuple[NodeResult, ...]
+    # A tuple, or (a validate run's nodes) a sequence that reads each node back from disk: iterate it, do not
+    # build lists of it (record.py SpooledNodes).
+    nodes: Sequence[NodeResult]
     cluster_findings: tuple[Finding, ...] = ()
     started_at: str = ""
     finished_at: str = ""
@@ -333,16 +386,16 @@ class RunResult:
 
     @property
     def verdict(self) -> ClusterVerdict:
-        node_verdicts = [n.verdict for n in self.nodes] + [f.verdict for f in self.cluster_findings]
-        verdict = cluster_verdict(node_verdicts, self.fail_on_warn)
+        verdicts = node_verdicts(self.nodes) + [f.verdict for f in self.cluster_findings]
+        verdict = cluster_verdict(verdicts, self.fail_on_warn)
         if self.interrupted and verdict is ClusterVerdict.READY:
             return ClusterVerdict.INCOMPLETE
         return verdict
 
     def counts(self) -> dict[str, int]:
         counts = {v.value: 0 for v in Verdict}
-        for node in self.nodes:
-            counts[node.verdict.value] += 1
+        for verdict in node_verdicts(self.nodes):
+            counts[verdict.value] += 1
         return counts
 
     def summary(self) -> str:

@@ -8,17 +8,19 @@ import secrets
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence, Union
 
 from nvdeploy import __version__
-from nvdeploy.checks.cluster import evaluate_cluster
+from nvdeploy.checks.cluster import VERSION_CONSISTENCY, evaluate_cluster
+from nvdeploy.checks.power import NODE_CHECK as POWER_NODE_CHECK
 from nvdeploy.checks.registry import CLUSTER_CHECKS
 from nvdeploy.engine import EngineOptions, NodeRunner, run_hosts
 from nvdeploy.inventory import Host, Inventory
 from nvdeploy.profiles import ProfileCatalog
-from nvdeploy.record import RunRecorder, read_journal, safe_name
+from nvdeploy.record import NodeSpool, RunRecorder, read_journal, safe_name
 from nvdeploy.report import write_reports
-from nvdeploy.results import ErrorReason, Finding, NodeResult, RunResult
+from nvdeploy.results import BRIEF_FACTS as REPORT_FACTS
+from nvdeploy.results import ErrorReason, Finding, NodeBrief, NodeResult, RunResult
 
 MULTINODE_CHECK = next(iter(c for c in CLUSTER_CHECKS if c == "nccl.multinode"))
 GPUDIRECT_CHECK = "rdma.gpudirect"  # nvdeploy/checks/rdma.py, run by nvdeploy/phases/gpudirect.py
@@ -48,20 +50,47 @@ def _user() -> str:
         return "unknown"
 
 
-def finish_run(header: dict, nodes: list[NodeResult], order: list[str], interrupted: bool,
+# What a finished node keeps in memory besides its verdict and checks (results.py NodeBrief): the facts the
+# cluster checks compare and the reports' node table shows, and the findings the power budget sums.
+BRIEF_FACTS = tuple(dict.fromkeys(REPORT_FACTS + tuple(key for key, _check, _what in VERSION_CONSISTENCY)))
+BRIEF_FINDINGS = (POWER_NODE_CHECK,)
+
+
+def brief_of(node: NodeResult) -> NodeBrief:
+    return NodeBrief.of(node, BRIEF_FACTS, BRIEF_FINDINGS)
+
+
+def finish_run(header: dict, nodes: Union[list[NodeResult], NodeSpool], order: list[str], interrupted: bool,
                duration_s: float, fail_on_warn: bool) -> RunResult:
-    """Cluster evaluation over the finished nodes, in inventory order."""
-    by_name = {n.name: n for n in nodes}
-    ordered = [by_name[name] for name in order if name in by_name]
-    ordered += [n for n in nodes if n.name not in set(order)]
-    ordered, cluster_findings = evaluate_cluster(ordered)
+    """Cluster evaluation over the finished nodes, in inventory order.
+
+    From a spool, the cluster checks read each node's brief (its version facts and power findings), and only the
+    nodes they add findings to are read back, amended and spooled again: the run's nodes stay on disk."""
+    if isinstance(nodes, NodeSpool):
+        ordered_nodes, cluster_findings = _evaluate_spooled(nodes, order)
+    else:
+        by_name = {n.name: n for n in nodes}
+        ordered = [by_name[name] for name in order if name in by_name]
+        ordered += [n for n in nodes if n.name not in set(order)]
+        evaluated, cluster_findings = evaluate_cluster(ordered)
+        ordered_nodes = tuple(evaluated)
     return RunResult(
         run_id=header["run_id"], cluster=header["cluster"], phase=header.get("phase", "validate"),
-        nodes=tuple(ordered), cluster_findings=tuple(cluster_findings), started_at=header.get("started_at", ""),
+        nodes=ordered_nodes, cluster_findings=tuple(cluster_findings), started_at=header.get("started_at", ""),
         finished_at=_now(), duration_s=duration_s, level=header.get("level", "quick"),
         profiles=header.get("profiles", {}), interrupted=interrupted, fail_on_warn=fail_on_warn,
         nvdeploy_version=header.get("nvdeploy_version", __version__), inventory=header.get("inventory", ""),
         user=header.get("user", ""))
+
+
+def _evaluate_spooled(spool: NodeSpool, order: list[str]) -> tuple[Sequence[NodeResult], list[Finding]]:
+    ordered = spool.nodes(order)
+    views = [NodeResult(b.name, b.kept, address=b.address, profile=b.profile, facts=b.facts) for b in ordered.briefs]
+    updated, cluster_findings = evaluate_cluster(views)
+    for view, after in zip(views, updated):
+        if after is not view:  # the cluster checks appended findings to this node: amend the full result
+            spool.add(spool.get(view.name).with_findings(after.findings[len(view.findings):]))
+    return spool.nodes(order), list(cluster_findings)
 
 
 def run_validate(inventory: Inventory, catalog: ProfileCatalog, options: EngineOptions, out_base: Path,
@@ -90,9 +119,15 @@ def _execute(header: dict, todo: list[Host], kept: list[NodeResult], recorder: R
     started = time.monotonic()
     deadline_at = started + options.deadline_s if options.deadline_s else None
     runner = NodeRunner(catalog, options, recorder, deadline_at)
+    # Each finished node goes to the journal and the spool, and is dropped: memory does not grow with the fleet.
+    spool = NodeSpool(recorder.run_dir, brief_of)
+    for node in kept:
+        spool.add(node)
+    del kept
 
     def on_result(node: NodeResult) -> None:
         recorder.node_done(node)
+        spool.add(node)
         if progress is not None:
             progress(node)
 
@@ -100,17 +135,17 @@ def _execute(header: dict, todo: list[Host], kept: list[NodeResult], recorder: R
     if options.progress is not None:
         options.progress.begin(len(todo))
     try:
-        results, interrupt = run_hosts(todo, runner, options.forks, on_result)
-        nodes = kept + list(results.values())
+        unfinished, interrupt = run_hosts(todo, runner, options.forks, on_result, keep=False)
+        for node in unfinished.values():  # never started (interrupt): not journaled, so --resume runs them
+            spool.add(node)
         if interrupt is None:
             for stage in _cluster_stages(all_hosts, catalog, options, recorder, deadline_at):
-                nodes, more = _run_stage(stage, nodes, options, recorder)
-                extra_cluster = extra_cluster + more
+                extra_cluster = extra_cluster + _run_stage(stage, spool, options, recorder)
     finally:
         if options.progress is not None:
             options.progress.end()  # the status line is gone before anything else is printed
         recorder.close()
-    run = finish_run(header, nodes, list(header.get("hosts", [])), interrupt is not None,
+    run = finish_run(header, spool, list(header.get("hosts", [])), interrupt is not None,
                      time.monotonic() - started, fail_on_warn)
     if extra_cluster:
         run = replace(run, cluster_findings=run.cluster_findings + tuple(extra_cluster))
@@ -152,16 +187,22 @@ def _cluster_stages(all_hosts: list[Host], catalog: ProfileCatalog, options: Eng
     return stages
 
 
-def _run_stage(stage: _ClusterStage, nodes: list[NodeResult], options: EngineOptions,
-               recorder: RunRecorder) -> tuple[list[NodeResult], list[Finding]]:
+def _run_stage(stage: _ClusterStage, spool: NodeSpool, options: EngineOptions,
+               recorder: RunRecorder) -> list[Finding]:
+    """Run one cluster stage over the spooled nodes; the nodes it changed are journaled and spooled again.
+
+    A stage reads every node's full result (a stage's run time dwarfs it), so they are held while it runs."""
     if options.progress is not None:
         options.progress.stage(f"cluster stage: {stage.label}")
+    nodes = list(spool.nodes())
     before = {n.name: n for n in nodes}
     updated, cluster = stage.run(nodes)
+    del nodes
     for node in updated:
         if node is not before.get(node.name):
             recorder.node_done(node)
-    return updated, list(cluster)
+            spool.add(node)
+    return list(cluster)
 
 
 def _unfinished(node: NodeResult) -> bool:

@@ -15,7 +15,7 @@ import hashlib
 import io
 import json
 from pathlib import Path
-from typing import IO, Any, Optional
+from typing import IO, Any, Optional, Sequence
 
 import jinja2
 from markupsafe import Markup
@@ -33,7 +33,7 @@ from nvdeploy.report.view import (
     matrix,
     why,
 )
-from nvdeploy.results import NodeResult, RunResult
+from nvdeploy.results import NodeBrief, NodeResult, RunResult, node_briefs
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("nvdeploy.report", "templates"),
@@ -94,11 +94,11 @@ def _size(count: int) -> str:
     return f"{value:.1f} {unit}"
 
 
-def _node_sections(run: RunResult, run_dir: Optional[Path], budget: int) -> tuple[list[dict[str, Any]], int]:
+def _node_sections(nodes: list[tuple[int, NodeResult]], run_dir: Optional[Path],
+                   budget: int) -> tuple[list[dict[str, Any]], int]:
     sections = []
     used = 0
     dropped = 0
-    nodes = attention(run)
     for index, node in nodes:
         items = []
         for finding in node.findings:
@@ -127,30 +127,31 @@ def _node_sections(run: RunResult, run_dir: Optional[Path], budget: int) -> tupl
     return sections, dropped
 
 
-def _gpus(node: NodeResult) -> str:
-    count = node.facts.get("gpu_count")
-    model = node.facts.get("gpu_model")
+def _gpus(facts: Any) -> str:
+    count = facts.get("gpu_count")
+    model = facts.get("gpu_model")
     if count is None and not model:
         return ""
     return f"{count if count is not None else '?'} \u00d7 {model}" if model else str(count)
 
 
-def _all_nodes(run: RunResult) -> tuple[list[dict[str, Any]], list[list[int]]]:
+def _all_nodes(briefs: Sequence[NodeBrief]) -> tuple[list[dict[str, Any]], list[list[int]]]:
     """(rows, groups) of the "All nodes" table. Up to FOLD_NODES_OVER nodes, one row per node. Beyond, a row per
     node that needs action, and the others folded into one host-range row per identical (verdict, driver, CUDA,
     GPUs, profile), so a 10,000-node fleet is a table of tens of rows, not 10,000; ``groups`` holds the node
-    indexes of each folded row, for the page's search."""
-    fold_ok = len(run.nodes) > FOLD_NODES_OVER
+    indexes of each folded row, for the page's search. Rows name the node's brief (name, profile, duration):
+    the table needs nothing of the full result."""
+    fold_ok = len(briefs) > FOLD_NODES_OVER
     out: list[dict[str, Any]] = []
     folded: dict[tuple[str, ...], dict[str, Any]] = {}
-    for index, node in enumerate(run.nodes):
+    for index, node in enumerate(briefs):
         verdict = node.verdict
         action = verdict in NEEDS_ACTION
         row = {"index": index, "node": node, "verdict": verdict.value, "action": action,
                "driver": _value(node.facts.get("driver_version")), "cuda": _value(node.facts.get("cuda_version")),
-               "gpus": _value(_gpus(node))}
+               "gpus": _value(_gpus(node.facts))}
         if action or not fold_ok:
-            row["bad"] = ", ".join(sorted({f.check for f in node.findings if f.verdict in NEEDS_ACTION}))
+            row["bad"] = ", ".join(sorted({check for check, worst in node.checks if worst in NEEDS_ACTION}))
             out.append(row)
             continue
         key = (row["verdict"], row["driver"], row["cuda"], row["gpus"], node.profile)
@@ -197,7 +198,7 @@ def _meta(run: RunResult) -> list[tuple[str, str]]:
             ("Inventory", run.inventory or "?"), ("nvdeploy", run.nvdeploy_version or "?")]
 
 
-def _sizing_rows(run: RunResult) -> list[dict[str, Any]]:
+def _sizing_rows(run: RunResult, briefs: Sequence[NodeBrief]) -> list[dict[str, Any]]:
     """Measured vs profile/datasheet figures (busbw, power) that ``nvdeploy size --run`` would use; empty when the
     run measured none. A profile the built-in catalog lacks (or cannot read) just has no reference figure."""
     from nvdeploy.profiles import ProfileCatalog
@@ -206,7 +207,7 @@ def _sizing_rows(run: RunResult) -> list[dict[str, Any]]:
     from nvdeploy.yamlfile import ConfigError
 
     names = {stamp.split("@", 1)[0] for stamp in run.profiles.values()}
-    names.update(node.profile.split("@", 1)[0] for node in run.nodes if node.profile)
+    names.update(brief.profile.split("@", 1)[0] for brief in briefs if brief.profile)
     skus = {}
     try:
         catalog = ProfileCatalog()
@@ -238,9 +239,13 @@ def write_html(run: RunResult, out: IO[bytes], diff: Optional[RunDiff] = None, r
         run_dir: the run folder, to read evidence excerpts from (links are relative to it either way).
         excerpt_budget: characters of evidence excerpts at most; later findings link to their file only.
     """
-    checks, rows = matrix(run, diff)
-    steps = action_list(run)
-    sections, dropped = _node_sections(run, Path(run_dir) if run_dir is not None else None, excerpt_budget)
+    # One pass over the briefs for the matrix and the node table; only the nodes that need action are read back
+    # (once) for the action list, the why and their sections.
+    briefs = node_briefs(run.nodes)
+    needing = attention(run, briefs)
+    checks, rows = matrix(run, diff, briefs)
+    steps = action_list(run, needing)
+    sections, dropped = _node_sections(needing, Path(run_dir) if run_dir is not None else None, excerpt_budget)
     script = report_script()
     verdict = run.verdict.value
     diff_groups = None
@@ -248,12 +253,12 @@ def write_html(run: RunResult, out: IO[bytes], diff: Optional[RunDiff] = None, r
         diff_groups = {"new_failures": group_changes(diff.new_failures),
                        "new_warnings": group_changes(diff.new_warnings),
                        "fixed_checks": group_changes(diff.fixed_checks), "drift": group_drift(diff.drift)}
-    all_nodes, groups = _all_nodes(run)
-    data = {"nodes": [n.name for n in run.nodes], "rows": [r["indexes"] for r in rows], "groups": groups}
+    all_nodes, groups = _all_nodes(briefs)
+    data = {"nodes": [b.name for b in briefs], "rows": [r["indexes"] for r in rows], "groups": groups}
     chunks = _ENV.get_template("report.html.j2").generate(
-        run=run, verdict=verdict, verdict_text=verdict.replace("_", " "), why=why(run), counts=run.counts(),
+        run=run, verdict=verdict, verdict_text=verdict.replace("_", " "), why=why(run, needing), counts=run.counts(),
         order=ORDER, meta=_meta(run), steps=steps, action_text=action_text(run, steps), checks=checks, rows=rows,
-        cell_text=CELL_TEXT, cluster_findings=list(run.cluster_findings), sizing_rows=_sizing_rows(run),
+        cell_text=CELL_TEXT, cluster_findings=list(run.cluster_findings), sizing_rows=_sizing_rows(run, briefs),
         diff=diff, diff_groups=diff_groups, charts=bandwidth_charts(run), low_pct=LOW_PCT, sections=sections,
         excerpts_dropped=dropped, all_nodes=all_nodes, data=data, script=Markup(script),  # noqa: S704
         csp=Markup(content_security_policy(script)),  # noqa: S704 - our constant: quotes must stay quotes

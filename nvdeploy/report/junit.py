@@ -18,7 +18,7 @@ from collections import defaultdict
 from typing import IO, Iterator, Optional
 
 from nvdeploy.report.view import ACTION_TEXT
-from nvdeploy.results import Finding, RunResult, Verdict
+from nvdeploy.results import Finding, RunResult, Verdict, node_briefs
 
 _ILLEGAL = {c: None for c in range(32) if c not in (9, 10, 13)}
 _ILLEGAL.update({0xFFFE: None, 0xFFFF: None})
@@ -123,12 +123,16 @@ def _suite(run: RunResult, timestamp: Optional[str], suite_name: str, hostname: 
 
 
 def _grand_totals(run: RunResult) -> dict[str, int]:
-    """The root's tests/failures/errors, counted before any suite is written (the root's attributes come first)."""
+    """The root's tests/failures/errors, counted before any suite is written (the root's attributes come first):
+    from each node's brief (its worst verdict per check), so the nodes are read once, to write their suites."""
     grand = {"tests": 0, "failures": 0, "errors": 0}
-    for _name, _host, _duration, findings in _suites(run):
-        for grouped in _by_check(findings).values():
+    per_check = [brief.checks for brief in node_briefs(run.nodes)]
+    if run.cluster_findings:
+        per_check.append(tuple((check, Verdict.worst(f.verdict for f in grouped))
+                               for check, grouped in _by_check(run.cluster_findings).items()))
+    for checks in per_check:
+        for _check, worst in checks:
             grand["tests"] += 1
-            worst = Verdict.worst(f.verdict for f in grouped)
             if worst is Verdict.FAIL:
                 grand["failures"] += 1
             elif worst is Verdict.ERROR:

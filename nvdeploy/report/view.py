@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import shlex
 from collections import Counter, OrderedDict
-from typing import Any, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 from nvdeploy.diff import RunDiff
 from nvdeploy.hostrange import fold
-from nvdeploy.results import ClusterVerdict, Finding, NodeResult, RunResult, Verdict
+from nvdeploy.results import ClusterVerdict, Finding, NodeBrief, NodeResult, RunResult, Verdict, node_briefs
 
 NEEDS_ACTION = (Verdict.FAIL, Verdict.ERROR, Verdict.WARN)
 # Most urgent first: take broken hardware out of service before anything else.
@@ -28,13 +28,26 @@ ACTION_TEXT = {
 CELL_TEXT = {"PASS": "PASS", "FAIL": "FAIL", "ERROR": "ERROR", "WARN": "WARN", "SKIP": "SKIP", "": "\u2013"}
 
 
-def check_ids(run: RunResult) -> list[str]:
+def check_ids(run: RunResult, briefs: Optional[Sequence[NodeBrief]] = None) -> list[str]:
     """Every check that produced a finding, in first-seen order."""
     ids: OrderedDict[str, None] = OrderedDict()
-    for node in run.nodes:
-        for finding in node.findings:
-            ids.setdefault(finding.check, None)
+    for brief in node_briefs(run.nodes) if briefs is None else briefs:
+        for check, _verdict in brief.checks:
+            ids.setdefault(check, None)
     return list(ids)
+
+
+def needy(run: RunResult, briefs: Optional[Sequence[NodeBrief]] = None) -> Iterator[tuple[int, NodeResult]]:
+    """(index in run.nodes, node) of every node that needs action, in order; only those are read back when the
+    run's nodes are on disk. A node that needs no action has no finding that does (its verdict is its worst)."""
+    if briefs is None and isinstance(run.nodes, (tuple, list)):
+        for index, node in enumerate(run.nodes):
+            if node.verdict in NEEDS_ACTION:
+                yield index, node
+        return
+    for index, brief in enumerate(node_briefs(run.nodes) if briefs is None else briefs):
+        if brief.verdict in NEEDS_ACTION:
+            yield index, run.nodes[index]
 
 
 def worst_by_check(findings: tuple[Finding, ...]) -> dict[str, Verdict]:
@@ -51,21 +64,23 @@ def _new_cells(diff: Optional[RunDiff]) -> set[tuple[str, str]]:
     return {(c.node, c.check) for c in diff.new_failures + diff.new_warnings}
 
 
-def matrix(run: RunResult, diff: Optional[RunDiff] = None) -> tuple[list[str], list[dict[str, Any]]]:
+def matrix(run: RunResult, diff: Optional[RunDiff] = None,
+           briefs: Optional[Sequence[NodeBrief]] = None) -> tuple[list[str], list[dict[str, Any]]]:
     """(check ids, rows): nodes with identical results folded into host ranges, worst rows first.
 
     A row is ``{hosts, count, verdict, cells: [(verdict or "", new since baseline)], names, index, action}``.
     """
-    checks = check_ids(run)
+    briefs = node_briefs(run.nodes) if briefs is None else briefs
+    checks = check_ids(run, briefs)
     new = _new_cells(diff)
     groups: OrderedDict[tuple[Any, ...], list[int]] = OrderedDict()
-    for index, node in enumerate(run.nodes):
-        worst = worst_by_check(node.findings)
-        cells = tuple((worst[c].value if c in worst else "", (node.name, c) in new) for c in checks)
-        groups.setdefault((node.verdict.value, cells), []).append(index)
+    for index, brief in enumerate(briefs):
+        worst = dict(brief.checks)
+        cells = tuple((worst[c].value if c in worst else "", (brief.name, c) in new) for c in checks)
+        groups.setdefault((brief.verdict.value, cells), []).append(index)
     rows = []
     for (verdict, cells), indexes in groups.items():
-        names = [run.nodes[i].name for i in indexes]
+        names = [briefs[i].name for i in indexes]
         rows.append({"hosts": fold(names), "count": len(names), "verdict": verdict, "cells": cells,
                      "names": names, "indexes": indexes, "action": Verdict(verdict) in NEEDS_ACTION})
     rows.sort(key=lambda r: (-Verdict(r["verdict"]).severity, -r["count"] if r["verdict"] in ("PASS", "SKIP") else 0,
@@ -73,9 +88,9 @@ def matrix(run: RunResult, diff: Optional[RunDiff] = None) -> tuple[list[str], l
     return checks, rows
 
 
-def attention(run: RunResult) -> list[tuple[int, NodeResult]]:
+def attention(run: RunResult, briefs: Optional[Sequence[NodeBrief]] = None) -> list[tuple[int, NodeResult]]:
     """(index in run.nodes, node) of every node that needs action, worst first."""
-    found = [(i, n) for i, n in enumerate(run.nodes) if n.verdict in NEEDS_ACTION]
+    found = list(needy(run, briefs))
     found.sort(key=lambda item: (-item[1].verdict.severity, item[1].name))
     return found
 
@@ -88,7 +103,7 @@ def _action_of(finding: Finding) -> Optional[str]:
     return "INVESTIGATE" if finding.verdict in (Verdict.ERROR, Verdict.FAIL) else "MONITOR"
 
 
-def action_list(run: RunResult) -> list[dict[str, Any]]:
+def action_list(run: RunResult, needing: Optional[Sequence[tuple[int, NodeResult]]] = None) -> list[dict[str, Any]]:
     """What the on-call engineer does, to which nodes, most urgent first.
 
     One step per action and set of checks: nodes that need the same action for the same checks are folded into
@@ -98,7 +113,9 @@ def action_list(run: RunResult) -> list[dict[str, Any]]:
     """
     per_action: dict[str, dict[str, dict[str, Finding]]] = {}
     node_checks = set()
-    for node in run.nodes:
+    # ``needing`` (attention()'s list) is in any order: the steps are grouped and sorted below, and each node's
+    # checks are its own; the nodes of a step are listed in run order either way.
+    for _index, node in sorted(needy(run) if needing is None else needing, key=lambda item: item[0]):
         for finding in node.findings:
             action = _action_of(finding)
             if action is None:
@@ -163,7 +180,7 @@ def action_text(run: RunResult, steps: Optional[list[dict[str, Any]]] = None) ->
     return "\n".join(lines) + "\n"
 
 
-def why(run: RunResult) -> str:
+def why(run: RunResult, needing: Optional[Sequence[tuple[int, NodeResult]]] = None) -> str:
     """The verdict's reason in one sentence, naming the checks that decided it."""
     base = run.summary().rstrip(".")
     verdict = run.verdict
@@ -174,7 +191,8 @@ def why(run: RunResult) -> str:
         wanted = (Verdict.FAIL, Verdict.WARN)
     per_check: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
-    for node in run.nodes:
+    # Only nodes that need action can hold a wanted verdict or an ERROR finding.
+    for _index, node in sorted(needy(run) if needing is None else needing, key=lambda item: item[0]):
         for check, worst in worst_by_check(node.findings).items():
             if worst in wanted:
                 per_check[check] += 1

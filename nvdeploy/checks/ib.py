@@ -117,7 +117,7 @@ def dmabuf_blocker(facts: Any) -> Optional[str]:
 @register("ib.peermem", collectors=(LSMOD, KERNEL_DRIVER))
 def ib_peermem(ctx: NodeContext) -> list[Finding]:
     """Runs ``lsmod`` and reads ``/proc/driver/nvidia/version`` and ``/proc/sys/kernel/osrelease``: GPUDirect RDMA
-    has a kernel path on nodes with InfiniBand, through either of the two NVIDIA documents.
+    has a kernel path on nodes with InfiniBand, through either of the two paths NVIDIA documents.
 
     - **nvidia_peermem** (the legacy path, any driver, needs MLNX_OFED/DOCA-OFED): the module is in ``lsmod``.
     - **DMA-BUF** (NVIDIA's recommendation for new deployments; no extra module): the loaded nvidia module is the

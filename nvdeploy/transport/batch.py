@@ -8,20 +8,22 @@ script ends with an end marker: a batch whose marker is missing was cut off.
 The run's lifetime on the node (issue 9):
 
 - **Nothing outlives the batch.** The script's stdin is the SSH channel (or the local transport's pipe), and the
-  controller keeps it open, sending nothing, until it has read the whole answer. A watcher process reads that
-  stdin; it returns only at EOF, which happens whatever ends the work early: the controller closes the channel
-  (command timeout, ``--deadline``, Ctrl-C, SIGTERM), the controller dies (the kernel closes its socket), or the
-  connection drops (sshd closes the pipe). The watcher then signals every process of the batch's session (TERM,
-  then KILL after a grace) and removes the temp folder. The session, not a process group: sshd (and the local
-  transport) start the command in a session of its own, and ``timeout(1)`` moves each tool into a process group
-  of its own, so a group kill would miss the tools. The processes are found through /proc (field 6 of
-  /proc/PID/stat), by the shell's ``read`` builtin, so no procps is needed. When every command is done, the
-  script signals what is left of its session the same way (a tool's stray background child) before it answers.
+  controller keeps it open, sending nothing but the heartbeat, until it has read the whole answer. A watcher
+  (one subshell, a ``read`` loop on that stdin) returns at EOF, which happens whatever ends the work early: the
+  controller closes the channel (command timeout, ``--deadline``, Ctrl-C, SIGTERM), the controller dies (the
+  kernel closes its socket), or the connection drops (sshd closes the pipe). The watcher then signals every
+  process of the batch's session (TERM, then KILL after a grace) and removes the temp folder. The session, not a
+  process group: sshd (and the local transport) start the command in a session of its own, and ``timeout(1)``
+  moves each tool into a process group of its own, so a group kill would miss the tools. The session's processes
+  are found by ONE ``grep`` over /proc/*/stat (field 6, the session; each hit checked again by the shell after
+  the comm's last ``)``), so no procps is needed. When every command is done, the script signals what is left of
+  its session outside its own process group (a tool's stray background child) the same way before it answers.
   Limits: a process that starts a session of its own (a daemon) escapes; root processes under ``sudo`` get the
   TERM through sudo (which relays it) but not a KILL.
-- **Output is capped on the node as it is written**: each stream goes through ``head -c CAP`` (GNU head never
-  reads past CAP, so the rest is counted exactly by ``wc -c`` and discarded), or for ``keep_tail`` specs through
-  ``tail -c CAP`` with a FIFO to ``wc -c`` for the true size. A flooding tool cannot fill the node's /tmp.
+- **Output is capped on the node as it is written**: each stream goes through a FIFO to ``head -c CAP`` (GNU head
+  never reads past CAP, so the rest is then counted exactly by ``wc -c`` and discarded), or for ``keep_tail``
+  specs through ``dd`` (which passes everything on and reports the true size) to ``tail -c CAP``. A flooding tool
+  cannot fill the node's /tmp.
 - **One run per node at a time**: the batch takes ``flock -n`` on the folder ``$NVDEPLOY_LOCK_DIR`` (default
   ``/tmp/nvdeploy.lock``, created mode 1777 so every user's run shares it) and writes its holder info (user,
   run id, start time, pid) to ``holder.<pid>`` inside it. A folder rather than a file: with
@@ -33,6 +35,26 @@ The run's lifetime on the node (issue 9):
   alone and prints its outcome early (``__NVD_SUDO__``, so the controller's sudo gate can let the other nodes
   go on). Only when it succeeded do the sudo commands start; otherwise they are reported ``rc=s<N>`` (not run)
   and the non-sudo commands run as usual.
+
+The cost on the node (issue 10): every process the wrapper adds is a fork and, for a tool, an exec with its
+dynamic loading, on every node of the fleet. What is left, and why:
+
+- per command: ``timeout`` (the per-command limit; it also gives the tool the process group the stray sweep
+  relies on), the tool itself, and two cappers, one per stream: a subshell that runs ``head -c CAP`` and then
+  becomes (``exec``) the ``wc -c`` that drains and counts the rest (a stream is drained, never cut: a tool that
+  got EPIPE would end early and report a different status); for ``keep_tail`` a ``dd`` and a ``tail``. The tool
+  writes into FIFOs, so the shell starts it as one background job of its own and gets its exit status from
+  ``wait`` (no subshell per command to write a status file), and the cappers are plain background jobs.
+- per batch: ``mktemp`` (a private folder, created safely), ``mkfifo`` (all FIFOs at once), ``flock`` and
+  ``date`` (the lock and its holder info; ``mkdir`` only the first time on a node), the watcher subshell (plus,
+  with a heartbeat, a clock subshell and its ``sleep``: a POSIX ``read`` has no timeout), one ``grep`` for the
+  stray sweep at the end (and more only when it found strays), one ``wc -c`` for the kept sizes of all files,
+  one ``cat`` that sends every frame (headers are written to files by the ``printf`` builtin; every writer of
+  the frame files has ended and been waited for, so their sizes cannot change between ``wc`` and ``cat``), and
+  the ``rm`` of the temp folder. Exit statuses, counts and the lock's stale-holder check are read with the
+  shell's builtins. No polling: the shell blocks in ``wait``.
+- with a password: the check's ``timeout sudo true`` and a ``wc``/``head`` for its answer; the password goes to
+  sudo as a here-document (no ``printf |`` subshell).
 """
 
 from __future__ import annotations
@@ -67,6 +89,9 @@ DEFAULT_LOCK_DIR = "/tmp/nvdeploy.lock"
 _REJECTED = (b"incorrect password", b"Sorry, try again", b"Authentication failure", b"authentication failure")
 # What it says when the password was right but sudoers does not let the user run the command.
 _POLICY = (b"is not in the sudoers file", b"is not allowed to execute", b"is not allowed to run sudo")
+# dd's block size for the keep_tail stream (it passes data on as it reads it; this only bounds one read).
+_DD_BS = 65536
+_PW_END = "NVD_PW_END"  # the here-document delimiter that carries the sudo password
 
 # Shell functions of the script. Names start with nvd_ so a tool's environment cannot collide with them.
 _PRELUDE = r"""
@@ -82,16 +107,24 @@ elif [ -n "$nvd_sid" ] && [ "$nvd_sid" = "$PPID" ] && IFS= read -r nvd_l 2>/dev/
   nvd_l=${nvd_l##*) }; set -- $nvd_l; nvd_gp=$2; set --
   IFS= read -r nvd_c 2>/dev/null </proc/$nvd_gp/comm && case $nvd_c in sshd*) nvd_ours=1 ;; esac
 fi
+nvd_nl='
+'
 nvd_sweep() {
   # Sends $nvd_sig (0: just count) to every process of our session but the pids in $nvd_spare and, when
   # $nvd_only_tools is set, but our own process group (the shells and cappers; each tool runs under timeout(1),
-  # which gives it a group of its own). nvd_n: how many were signalled.
+  # which gives it a group of its own). nvd_n: how many were signalled. One grep reads every /proc/PID/stat (the
+  # shell's read builtin takes a byte per system call: ~80 per process on the node, for every process); the
+  # shell checks each hit again from the comm's last ")", which a comm cannot fake. The grep itself has ended
+  # when its hits are read, so a kill of its pid fails and is not counted.
   nvd_n=0
   [ -n "$nvd_ours" ] || return 0
-  for nvd_p in /proc/[0-9]*; do
-    nvd_p=${nvd_p#/proc/}
+  nvd_hits=$(grep -s -h -e ") [A-Za-z] [0-9]* [0-9]* $nvd_sid " /proc/[0-9]*/stat)
+  [ -n "$nvd_hits" ] || return 0
+  set -f; nvd_ifs=$IFS; IFS=$nvd_nl
+  for nvd_l in $nvd_hits; do
+    IFS=$nvd_ifs
+    nvd_p=${nvd_l%% *}
     case " $nvd_spare " in *" $nvd_p "*) continue ;; esac
-    IFS= read -r nvd_l 2>/dev/null <"/proc/$nvd_p/stat" || continue
     nvd_l=${nvd_l##*) }
     set -- $nvd_l
     [ "$4" = "$nvd_sid" ] || continue
@@ -99,56 +132,97 @@ nvd_sweep() {
     [ -n "$nvd_only_tools" ] && [ "$3" = "$nvd_pg" ] && continue
     kill -"$nvd_sig" "$nvd_p" 2>/dev/null && nvd_n=$((nvd_n + 1))
   done
+  IFS=$nvd_ifs; set +f; set --
 }
 nvd_end() {
-  # Signal what is left of the session: TERM, up to the grace for it to go, then KILL.
-  nvd_sig=TERM; nvd_sweep
+  # Signal what is left of the session: TERM; only when something was signalled, up to the grace for it to go,
+  # then KILL.
+  nvd_sig=TERM; nvd_sweep; [ "$nvd_n" = 0 ] && return 0
   nvd_i=0
   while [ "$nvd_i" -lt {grace_ticks} ]; do
-    nvd_sig=0; nvd_sweep; [ "$nvd_n" = 0 ] && return 0
     sleep 0.1 2>/dev/null || sleep 1; nvd_i=$((nvd_i + 1))
+    nvd_sig=0; nvd_sweep; [ "$nvd_n" = 0 ] && return 0
   done
   nvd_sig=KILL; nvd_sweep
 }
-nvd_head() { head -c "$2" >"$1"; wc -c >"$1.n"; }
-nvd_tail() {
-  rm -f "$1.f"
-  if ! mkfifo "$1.f" 2>/dev/null; then  # no FIFO: keep the head instead, still with the true size
-    head -c "$2" >"$1"; nvd_r=$(wc -c); nvd_size "$1"; echo $((nvd_v + nvd_r)) >"$1.t"; return
-  fi
-  wc -c <"$1.f" >"$1.t" &
-  tee "$1.f" | tail -c "$2" >"$1"
-  wait
+nvd_h() { head -c "$2" >"$1"; exec wc -c >"$1n"; }
+nvd_rd() { nvd_v=; read -r nvd_v 2>/dev/null <"$1"; case $nvd_v in ''|*[!0-9]*) nvd_v=0 ;; esac; }
+nvd_fr() {
+  # The frame header of command $1 (exit status $2; $3=t: stdout kept its tail) into $d/$1.h. The kept sizes
+  # come from the one wc over all files (nvd_k_*); the true sizes from each capper's count of the rest, or for a
+  # tail from dd's "N bytes copied".
+  eval "nvd_o=\${nvd_k_$1_o:-0} nvd_e=\${nvd_k_$1_e:-0}"
+  if [ "$3" = t ]; then
+    nvd_v=0
+    while read -r nvd_a nvd_b nvd_c; do
+      case $nvd_b in byte|bytes) case $nvd_a in ''|*[!0-9]*) ;; *) nvd_v=$nvd_a ;; esac ;; esac
+    done 2>/dev/null <"$d/$1.ot"
+    [ "$nvd_v" -ge "$nvd_o" ] || nvd_v=$nvd_o
+    nvd_ot=$nvd_v
+  else nvd_rd "$d/$1.on"; nvd_ot=$((nvd_o + nvd_v)); fi
+  nvd_rd "$d/$1.en"
+  printf '__NVD_CMD %s rc=%s out=%s/%s err=%s/%s__\n' "$1" "$2" "$nvd_o" "$nvd_ot" "$nvd_e" \
+    "$((nvd_e + nvd_v))" >"$d/$1.h"
 }
-nvd_size() { nvd_v=$(wc -c <"$1" 2>/dev/null) || nvd_v=0; nvd_v=$((nvd_v + 0)); }
-nvd_count() { nvd_v=$(cat "$1" 2>/dev/null) || nvd_v=0; nvd_v=$((${nvd_v:-0} + 0)); }
 """
 
+# The watcher: one subshell reading the batch's stdin. {wait_for_end} returns at EOF (or, with a heartbeat, after
+# a whole clock period without one); then it ends the session and removes the temp folder.
 _WATCHER = r"""
 exec 3<&0
 (
   trap '' INT HUP PIPE
+  IFS= read -r nvd_l </proc/self/stat; nvd_me=${nvd_l%% *}; nvd_spare=$nvd_me
   {wait_for_end}
-  IFS= read -r nvd_l </proc/self/stat; nvd_spare=${nvd_l%% *}
+  trap '' TERM USR1
   nvd_end
-  rm -rf "$d"; [ -n "$nvd_hf" ] && rm -f "$nvd_hf"
+  rm -rf "$d" ${nvd_hf:+"$nvd_hf"}
 ) <&3 3<&- >/dev/null 2>&1 &
 nvd_w=$!
 exec 3<&-
 """
 
+# Without a heartbeat: EOF only. The main shell stops the watcher with TERM at the normal end.
+_WAIT_EOF = r"""trap 'exit 0' TERM
+  while IFS= read -r nvd_x; do :; done"""
+
+# With a heartbeat: a clock subshell sends USR1 every {period} s; a trapped signal interrupts the read builtin (it
+# returns 1 with what it read so far), so the loop sees EOF, a heartbeat byte, or a tick. A tick after a whole
+# period without a byte ends the batch: it ends after between {period} and 2x{period} s of silence. A missed tick
+# (a race with the read) only delays that by a period. The clock waits on its sleep with the wait builtin, which a
+# trapped TERM interrupts, so stopping the watcher stops the clock and its sleep at once, leaving nothing behind.
+_WAIT_HEARTBEAT = r"""nvd_heard=1; nvd_tick=
+  trap 'nvd_tick=1' USR1
+  trap 'kill $! 2>/dev/null && wait $!; exit 0' TERM
+  ( trap 'kill $! 2>/dev/null; exit 0' TERM
+    while sleep {period} & wait $!; do kill -USR1 "$nvd_me" 2>/dev/null || exit 0; done ) &
+  while :; do
+    nvd_x=
+    if IFS= read -r nvd_x; then nvd_heard=1; continue; fi
+    [ -n "$nvd_x" ] && nvd_heard=1
+    [ -n "$nvd_tick" ] || break
+    nvd_tick=
+    [ -n "$nvd_heard" ] || break
+    nvd_heard=
+  done
+  trap '' TERM USR1
+  kill $! 2>/dev/null && wait $!"""
+
 _LOCK = r"""
 nvd_ld=${NVDEPLOY_LOCK_DIR:-{default_lock}}
 if command -v flock >/dev/null 2>&1; then
-  mkdir -m 1777 "$nvd_ld" 2>/dev/null
+  [ -d "$nvd_ld" ] || mkdir -m 1777 "$nvd_ld" 2>/dev/null
   if [ -d "$nvd_ld" ] && [ ! -L "$nvd_ld" ] && command exec 9<"$nvd_ld"; then
     if flock -n 9; then
       for nvd_f in "$nvd_ld"/holder.*; do
+        [ -e "$nvd_f" ] || continue
         [ -d "/proc/${nvd_f##*.}" ] || rm -f "$nvd_f" 2>/dev/null
       done
       nvd_hf="$nvd_ld/holder.$$"
-      printf 'user=%s run=%s since=%s pid=%s\n' "$(id -un 2>/dev/null || id -u)" {run_id} \
-        "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$$" >"$nvd_hf" 2>/dev/null || nvd_hf=
+      nvd_u=${USER:-$LOGNAME}
+      [ -n "$nvd_u" ] || nvd_u=$(id -un 2>/dev/null || id -u)
+      { printf 'user=%s run=%s pid=%s since=' "$nvd_u" {run_id} "$$"; date -u +%Y-%m-%dT%H:%M:%SZ; } \
+        2>/dev/null >"$nvd_hf" || nvd_hf=
     else
       nvd_info=
       for nvd_f in "$nvd_ld"/holder.*; do
@@ -167,50 +241,52 @@ def _timeout(seconds: float) -> str:
     return f"timeout -k {KILL_GRACE_S} {max(1, int(round(seconds)))} "
 
 
-def _command_line(spec: CommandSpec, sudo_password: bool) -> str:
+def _command_line(spec: CommandSpec, sudo_password: bool) -> tuple[str, str]:
+    """(the command line, the here-document it needs or "")."""
     argv = list(spec.argv)
-    prefix = ""
+    here = ""
     if spec.sudo and sudo_password:
-        # The password goes to sudo on a pipe, never in argv; the command itself gets /dev/null as stdin, so
-        # it never sees the password even when sudo did not ask for it.
+        # The password goes to sudo on its stdin (a here-document: a pipe the shell fills), never in argv; the
+        # command itself gets /dev/null as stdin, so it never sees the password even when sudo did not ask.
         argv = ["sudo", "-S", "-p", "", "--", "sh", "-c", 'exec "$@" </dev/null', "sh", *argv]
-        prefix = "printf '%s\\n' \"$NVD_SUDO_PW\" | "
+        here = f" <<{_PW_END}"
     elif spec.sudo:
         argv = ["sudo", "-n", "--", *argv]
     # The timeout is ours, the argv is quoted word by word: nothing from a node or an inventory reaches the
     # shell unquoted.
-    return prefix + _timeout(spec.timeout_s) + shlex.join(argv)
+    return _timeout(spec.timeout_s) + shlex.join(argv), here
+
+
+def _fifos(index: int, spec: CommandSpec) -> list[str]:
+    return [f"{index}.po", f"{index}.pe"] + ([f"{index}.pt"] if spec.keep_tail else [])
 
 
 def _launch(index: int, spec: CommandSpec, sudo_password: bool) -> str:
+    """The cappers (background jobs reading the command's FIFOs), then the command itself as one background job
+    (timeout execs in the forked shell: no subshell) whose pid is kept for ``wait``."""
     cap = max(0, int(spec.max_bytes))
-    keep = "nvd_tail" if spec.keep_tail else "nvd_head"
     f = f'"$d/{index}'
-    # stdout -> fd 4 -> the stdout capper; stderr -> the stderr capper. The braces matter: a redirection after
-    # "printf pw | sudo ..." would bind to sudo alone and replace the pipe that carries the password.
-    return (
-        f"( {{ {{ {{ {_command_line(spec, sudo_password)}; echo $? >{f}.r\"; }} 2>&1 1>&4 4>&- "
-        f"| nvd_head {f}.e\" {cap} 4>&-; }} 4>&1 | {keep} {f}.o\" {cap}; }} </dev/null >/dev/null 2>&1 ) &\n"
-        "nvd_p=\"$nvd_p $!\""
-    )
+    if spec.keep_tail:
+        out = (f"dd bs={_DD_BS} <{f}.po\" >{f}.pt\" 2>{f}.ot\" & nvd_c=\"$nvd_c $!\"\n"
+               f"tail -c {cap} <{f}.pt\" >{f}.o\" 2>/dev/null & nvd_c=\"$nvd_c $!\"")
+    else:
+        out = f"nvd_h {f}.o\" {cap} <{f}.po\" 2>/dev/null & nvd_c=\"$nvd_c $!\""
+    command, here = _command_line(spec, sudo_password)
+    # A here-document follows the line that opens it.
+    body = f"\n$NVD_SUDO_PW\n{_PW_END}" if here else ""
+    stdin = here or " </dev/null"  # the here-document is sudo's stdin; a later </dev/null would replace it
+    return (f"{out}\nnvd_h {f}.e\" {cap} <{f}.pe\" 2>/dev/null & nvd_c=\"$nvd_c $!\"\n"
+            f"{command}{stdin} >{f}.po\" 2>{f}.pe\" & nvd_p{index}=$!{body}")
+
+
+def _wait(index: int) -> str:
+    return f'wait "$nvd_p{index}"; nvd_r{index}=$?'
 
 
 def _not_run(index: int) -> str:
     """A sudo command skipped because the password check failed: its stderr is sudo's answer to that check."""
     f = f'"$d/{index}'
-    return (f'echo "s$nvd_s" >{f}.r"; : >{f}.o"; echo 0 >{f}.o.n"; echo 0 >{f}.o.t"; '
-            f'head -c 65536 "$d/s.e" >{f}.e" 2>/dev/null; echo 0 >{f}.e.n"')
-
-
-def _frame(index: int, spec: CommandSpec) -> str:
-    f = f'"$d/{index}'
-    total = f"nvd_count {f}.o.t\"; ot=$nvd_v" if spec.keep_tail else f"nvd_count {f}.o.n\"; ot=$((o + nvd_v))"
-    return (
-        f'rc=$(cat {f}.r" 2>/dev/null) || rc=x; [ -n "$rc" ] || rc=x; '
-        f'nvd_size {f}.o"; o=$nvd_v; {total}; nvd_size {f}.e"; e=$nvd_v; nvd_count {f}.e.n"; et=$((e + nvd_v)); '
-        f"printf '__NVD_CMD {index} rc=%s out=%s/%s err=%s/%s__\\n' \"$rc\" \"$o\" \"$ot\" \"$e\" \"$et\"; "
-        f'head -c "$o" {f}.o"; head -c "$e" {f}.e"'
-    )
+    return f'nvd_r{index}="s$nvd_s"; : >{f}.o"; head -c 65536 "$d/s.e" >{f}.e" 2>/dev/null'
 
 
 def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False, run_id: str = "",
@@ -222,7 +298,7 @@ def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False, r
     caller must keep stdin open (and send nothing more) until it has read the answer: EOF on stdin means the
     run ended, and the batch kills its processes. ``run_id`` is written next to the node lock (``lock``).
     With ``heartbeat_lost_s``, the caller also sends :data:`HEARTBEAT` every :data:`HEARTBEAT_S` seconds, and
-    ``heartbeat_lost_s`` seconds of silence end the batch too.
+    at most ``heartbeat_lost_s`` seconds of silence (at least half of it) end the batch too.
     """
     lines = ["export LC_ALL=C LANG=C"]
     if sudo_password:
@@ -231,59 +307,68 @@ def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False, r
         "command -v timeout >/dev/null 2>&1 || { echo 'nvdeploy: timeout(1) not found on node' >&2; exit 96; }",
         'd=$(mktemp -d "${TMPDIR:-/tmp}/nvd.XXXXXX") || exit 97',
         "nvd_hf=",
-        "trap 'rm -rf \"$d\"; [ -n \"$nvd_hf\" ] && rm -f \"$nvd_hf\"' EXIT",
+        "trap 'rm -rf \"$d\" ${nvd_hf:+\"$nvd_hf\"}' EXIT",
         _PRELUDE.replace("{grace_ticks}", str(KILL_GRACE_S * 10)).strip(),
     ]
     if lock:  # before anything runs: a refused batch starts nothing, and sends no password
-        lines.append(_LOCK.replace("{default_lock}", DEFAULT_LOCK_DIR).replace("{run_id}", shlex.quote(run_id or "-"))
+        run = shlex.quote(run_id or "-")
+        lines.append(_LOCK.replace("{default_lock}", DEFAULT_LOCK_DIR).replace("{run_id}", run)
                      .replace("{end}", END_MARKER.decode()).strip())
     if heartbeat_lost_s:
-        # head -c 1 reads one byte (GNU head reads no more than asked); empty: EOF, or silence for too long.
-        wait_for_end = (f'while nvd_x=$(timeout {max(1, int(heartbeat_lost_s))} head -c 1 2>/dev/null) && '
-                        '[ -n "$nvd_x" ]; do :; done')
+        period = max(1, int(heartbeat_lost_s) // 2)
+        wait_for_end = _WAIT_HEARTBEAT.replace("{period}", str(period))
     else:
-        wait_for_end = "while IFS= read -r nvd_x; do :; done"
+        wait_for_end = _WAIT_EOF
     lines.append(_WATCHER.replace("{wait_for_end}", wait_for_end).strip())
     gate = sudo_password and any(spec.sudo for spec in commands)
     if gate:
         # One password attempt per node: alone, before anything else that uses sudo.
         lines.append(
-            "{ printf '%s\\n' \"$NVD_SUDO_PW\" | " + _timeout(SUDO_CHECK_TIMEOUT_S) + "sudo -S -p '' -- true; }"
-            ' >"$d/s.o" 2>"$d/s.e" </dev/null; nvd_s=$?\n'
-            "nvd_size \"$d/s.e\"; [ \"$nvd_v\" -gt 4096 ] && nvd_v=4096\n"
+            _timeout(SUDO_CHECK_TIMEOUT_S) + f"sudo -S -p '' -- true <<{_PW_END}"
+            ' >"$d/s.o" 2>"$d/s.e"\n'
+            f"$NVD_SUDO_PW\n{_PW_END}\n"
+            "nvd_s=$?\n"
+            'nvd_v=$(wc -c <"$d/s.e" 2>/dev/null) || nvd_v=0; nvd_v=$((nvd_v + 0))\n'
+            '[ "$nvd_v" -gt 4096 ] && nvd_v=4096\n'
             "printf '__NVD_SUDO__ rc=%s err=%s\\n' \"$nvd_s\" \"$nvd_v\"; head -c \"$nvd_v\" \"$d/s.e\""
         )
-    lines.append("nvd_p=")
+    fifos = " ".join(name for index, spec in enumerate(commands) for name in _fifos(index, spec))
+    if fifos:
+        lines.append(f'(cd "$d" && exec mkfifo {fifos}) || '
+                     '{ echo "nvdeploy: cannot make FIFOs in $d" >&2; exit 97; }')
+    lines.append("nvd_c=")
+    skipped = set()
     for index, spec in enumerate(commands):
         if gate and spec.sudo:
+            skipped.add(index)
             lines.append(f'if [ "$nvd_s" = 0 ]; then\n{_launch(index, spec, sudo_password)}\n'
                          f"else {_not_run(index)}; fi")
         else:
             lines.append(_launch(index, spec, sudo_password))
-    results = " ".join(f'"$d/{index}.r"' for index in range(len(commands)))
+    for index in range(len(commands)):
+        if index in skipped:
+            lines.append(f'[ "$nvd_s" = 0 ] && {{ {_wait(index)}; }}')
+        else:
+            lines.append(_wait(index))
+    kept = " ".join(f"{index}.o {index}.e" for index in range(len(commands)))
+    frames = " ".join(f"{index}.h {index}.o {index}.e" for index in range(len(commands)))
     lines += [
-        # Wait for every tool to end (its exit status written), polling: the capper behind a tool can wait on
-        # for EOF when the tool left a process holding its output. Then end whatever the tools left (outside
-        # our own process group), so the cappers see EOF, and reap the rest.
-        "nvd_t=0",
-        "while :; do",
-        f"  nvd_all=1; for nvd_r in {results}; do [ -s \"$nvd_r\" ] || {{ nvd_all=; break; }}; done",
-        '  [ -n "$nvd_all" ] && break',
-        '  nvd_all=1; for nvd_x in $nvd_p; do kill -0 "$nvd_x" 2>/dev/null && { nvd_all=; break; }; done',
-        '  [ -n "$nvd_all" ] && break',
-        '  if [ "$nvd_t" -lt 100 ]; then sleep 0.1 2>/dev/null || sleep 1; nvd_t=$((nvd_t + 1)); else sleep 1; fi',
-        "done",
-        # The watcher goes first: it must not take the end of its own heartbeat reader for the end of the run
-        # and sweep us. From here on this shell finishes the clean-up itself.
-        'kill "$nvd_w" 2>/dev/null',
+        # Every command has ended (timeout(1) returned). End what the tools left (outside our own process group),
+        # so the cappers see EOF, then wait for the cappers. The watcher stays up until then: if a capper still
+        # hangs (a stray that cannot be killed holds its FIFO), the controller's EOF still ends the batch.
         'nvd_only_tools=1; nvd_spare="$$ $PPID"; nvd_end; nvd_only_tools=',
-        "[ -n \"$nvd_p\" ] && wait $nvd_p",
-        # Then anything else left in the session. A closed channel must not kill us by SIGPIPE before the EXIT
-        # trap removed the temp folder.
-        "nvd_end; trap '' PIPE",
+        '[ -n "$nvd_c" ] && wait $nvd_c',
+        # Then the watcher (it stops its clock before it goes). A closed channel must not kill us by SIGPIPE
+        # before the EXIT trap removed the temp folder.
+        'kill "$nvd_w" 2>/dev/null; wait "$nvd_w"; trap \'\' PIPE',
     ]
-    for index, spec in enumerate(commands):
-        lines.append(_frame(index, spec))
+    if commands:
+        lines.append(f'set -- $(cd "$d" && exec wc -c {kept} 2>/dev/null)')
+        lines.append('while [ $# -ge 2 ]; do case $2 in [0-9]*.[oe]) eval "nvd_k_${2%.*}_${2#*.}=\\$1" ;; esac; '
+                     "shift 2; done")
+        for index, spec in enumerate(commands):
+            lines.append(f'nvd_fr {index} "$nvd_r{index}"' + (" t" if spec.keep_tail else ""))
+        lines.append(f'(cd "$d" && exec cat {frames})')
     lines.append(f"printf '{END_MARKER.decode()}\\n'")
     return "\n".join(lines) + "\n"
 

@@ -386,3 +386,29 @@ def test_ssh_exec_request_without_reply_is_bounded_and_stdin_stays_open():
     answered = _FakeChannel([b"ok"])
     _ssh_with(answered)._exec("cmd", b"pw\n", 30, 10**6)  # noqa: SLF001
     assert answered.sent == b"pw\n"  # sent, and no shutdown_write: the fake has none, and would have failed
+
+
+# -------------------------------------------------------------------------------------- the wrapper's cost
+
+
+def test_wrapper_starts_three_jobs_per_command_and_never_polls():
+    """Issue 10: per command, the script starts the command (timeout execs in the forked shell) and one capper per
+    stream, as background jobs; it waits for them instead of polling with sleep."""
+    specs = [CommandSpec(f"c{i}", ("echo", str(i)), 5) for i in range(5)]
+    script = batch.build_script(specs, run_id="r", heartbeat_lost_s=60)
+    jobs = [line for line in script.splitlines() if "& nvd_c=" in line or "& nvd_p" in line]
+    assert len(jobs) == 3 * len(specs)
+    assert all(f'wait "$nvd_p{i}"' in script for i in range(5))
+    assert "sleep 0.1" not in script.split("nvd_end() {", 1)[0] + script.split("\nnvd_h()", 1)[1]
+    assert "$(cat" not in script and "| nvd_head" not in script
+
+
+def test_local_normal_end_leaves_no_process_with_a_heartbeat_clock(node_env):
+    folder, marker = node_env
+    specs = [CommandSpec("a", ("sh", "-c", "echo out; echo err >&2; exit 3"), 5),
+             CommandSpec("b", ("sh", "-c", "sleep 600 & echo started"), 5)]
+    a, b = LocalTransport().run_batch(specs)
+    assert (a.rc, a.stdout, a.stderr, a.stdout_total, a.stderr_total) == (3, b"out\n", b"err\n", 4, 4)
+    assert (b.rc, b.stdout) == (0, b"started\n")  # its stray sleep was ended, so the capper saw EOF
+    _wait_for(lambda: not _marked(marker), 15, "every batch process to end")
+    assert list((folder / "tmp").iterdir()) == []

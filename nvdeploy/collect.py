@@ -7,69 +7,51 @@ their outputs kept apart; heavy ones (stress tests that take minutes) run afterw
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Mapping, Optional
+from dataclasses import replace
+from functools import lru_cache
+from typing import Any, Iterable, Mapping, Optional
 
-from nvdeploy.transport.base import DEFAULT_MAX_BYTES, CommandSpec
+from nvdeploy import collect_catalog, collect_stack
+from nvdeploy.collector import Collector, build_collectors
+from nvdeploy.transport.base import CommandSpec
 
-
-@dataclass(frozen=True)
-class Collector:
-    name: str
-    argv: tuple[str, ...]
-    timeout_s: float
-    needs_root: bool = False
-    heavy: bool = False
-    description: str = ""
-    max_bytes: int = DEFAULT_MAX_BYTES
-    # Over max_bytes keep the newest (last) bytes, not the first: for logs (CommandSpec.keep_tail).
-    keep_tail: bool = False
-    # The host var that overrides the timeout of this collector (heavy ones have their own).
-    timeout_var: str = "command_timeout"
-    # Builds the argv at plan time from the host vars and the node's Profile (None when unknown); when None,
-    # ``argv`` is used as is. For commands whose arguments depend on the node (a tool's folder, the GPU count).
-    build: Optional[Callable[[Mapping[str, Any], Any], tuple[str, ...]]] = None
-
-    def spec(self, sudo: bool, timeout_s: Optional[float] = None) -> CommandSpec:
-        return CommandSpec(self.name, self.argv, timeout_s or self.timeout_s, sudo=sudo and self.needs_root,
-                           max_bytes=self.max_bytes, keep_tail=self.keep_tail)
-
-
-COLLECTORS: dict[str, Collector] = {}
-
-
-def register_collector(collector: Collector) -> Collector:
-    if collector.name in COLLECTORS:
-        raise ValueError(f"duplicate collector {collector.name!r}")
-    COLLECTORS[collector.name] = collector
-    return collector
-
-
-NVIDIA_SMI_XML = register_collector(Collector(
+NVIDIA_SMI_XML = Collector(
     "nvidia_smi_xml", ("nvidia-smi", "-q", "-x"), 60.0,
-    description="every GPU fact the driver reports (persistence, ECC, rows, PCIe, clocks)"))
-LSPCI = register_collector(Collector(
+    description="every GPU fact the driver reports (persistence, ECC, rows, PCIe, clocks)")
+LSPCI = Collector(
     "lspci", ("lspci", "-D", "-n", "-d", "10de:"), 20.0,
-    description="NVIDIA devices on the PCIe bus, whether or not the driver sees them"))
-KMSG = register_collector(Collector(
+    description="NVIDIA devices on the PCIe bus, whether or not the driver sees them")
+KMSG = Collector(
     "kmsg", ("dmesg",), 20.0, needs_root=True, keep_tail=True,
-    description="the kernel log since boot: Xid, SXid and PCIe AER events"))
-SUDO_CHECK = register_collector(Collector(
-    "sudo", ("true",), 20.0, needs_root=True, description="sudo works without a prompt"))
+    description="the kernel log since boot: Xid, SXid and PCIe AER events")
+SUDO_CHECK = Collector(
+    "sudo", ("true",), 20.0, needs_root=True, description="sudo works without a prompt")
 
 
+@lru_cache(maxsize=1)
 def _probe_argv() -> tuple[str, ...]:
+    # ~70 KB of compressed source: built the first time a plan needs it, then shared by every node (not at import,
+    # which every CLI command, test and fake node pays).
     from nvdeploy.probe.ship import probe_argv
 
     return probe_argv()
 
 
-NVML_PROBE = register_collector(Collector(
-    "nvml_probe", _probe_argv(), 60.0,
-    description="the node probe: GPU facts from NVML through the node's python3 (nvidia-smi is the fallback)"))
+def _build_probe(host_vars: Mapping[str, Any], profile: Any) -> tuple[str, ...]:
+    return _probe_argv()
+
+
+NVML_PROBE = Collector(
+    "nvml_probe", ("python3", "-c", "BOOTSTRAP", "PAYLOAD"), 60.0, build=_build_probe,
+    description="the node probe: GPU facts from NVML through the node's python3 (nvidia-smi is the fallback)")
 # Collectors that run whenever another one does: the probe rides along with nvidia-smi in the same round trip
 # and supplies the GPU facts when it works; nvidia-smi's exit status still decides the driver's state.
 COMPANIONS: dict[str, tuple[str, ...]] = {"nvidia_smi_xml": ("nvml_probe",)}
+
+# The catalog, from an explicit list of groups (the order is the order of a full light batch); no module registers
+# anything by being imported. Tests may add to it (monkeypatch.setitem).
+COLLECTORS: dict[str, Collector] = build_collectors(
+    (NVIDIA_SMI_XML, LSPCI, KMSG, SUDO_CHECK, NVML_PROBE), collect_catalog.COLLECTORS, collect_stack.COLLECTORS)
 
 
 def specs_for(names: Iterable[str], host_vars: Mapping[str, Any], heavy: bool,
@@ -93,7 +75,7 @@ def specs_for(names: Iterable[str], host_vars: Mapping[str, Any], heavy: bool,
 
 def light_specs(host_vars: Mapping[str, Any], names: Optional[Iterable[str]] = None,
                 profile: Any = None) -> list[CommandSpec]:
-    """The light collectors for one host (all registered light ones when ``names`` is None)."""
+    """The light collectors for one host (every light one of the catalog when ``names`` is None)."""
     chosen = list(names) if names is not None else [n for n, c in COLLECTORS.items() if not c.heavy and n != "sudo"]
     if host_vars.get("sudo") and "sudo" not in chosen:
         chosen.append("sudo")

@@ -15,91 +15,68 @@ Light collectors answer in seconds and go in the node's one batched round trip. 
 ``compute_apps`` (light): ``nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader``,
 timeout 20 s; the engine adds it to the light batch whenever heavy collectors are planned (the busy guard).
 
-Importing this module registers them (the check modules import it).
+The module defines them and registers nothing: :data:`COLLECTORS` lists them for the catalog that
+nvdeploy/collect.py builds. The nccl-tests command line and its busbw floor live in nvdeploy/nccl_commands.py, shared
+with the check that judges the run.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
-from nvdeploy.collect import COLLECTORS, Collector, register_collector
+from nvdeploy.collector import Collector
+from nvdeploy.nccl_commands import (  # noqa: F401  re-exported: the collector's argv builders
+    DEFAULT_GPU_COUNT,
+    NCCL_SIZES,
+    NCCL_TIMEOUT_S,
+    build_nccl_all_reduce,
+    nccl_binary,
+    nccl_env_assignments,
+)
 
 DCGM_TIMEOUTS = {1: 120.0, 2: 1200.0, 3: 3600.0, 4: 10800.0}
-NCCL_TIMEOUT_S = 900.0
-NCCL_SIZES = ("-b", "1G", "-e", "8G", "-f", "2")
-DEFAULT_GPU_COUNT = 8
-
-
-def _register(collector: Collector) -> Collector:
-    # Idempotent for re-imports (tests that reload modules); a different collector of the same name is a bug.
-    existing = COLLECTORS.get(collector.name)
-    if existing is not None:
-        return existing
-    return register_collector(collector)
 
 
 def dcgm_diag_collector(level: int) -> str:
     return f"dcgm_diag_r{level}"
 
 
-def nccl_env_assignments(host_vars: Mapping[str, Any], profile: Any) -> list[str]:
-    """``NAME=value`` words for ``env``: NCCL_DEBUG=VERSION (prints the NCCL version), the floor as
-    NCCL_TESTS_MIN_BW when the profile states one, then the host's ``nccl_env`` (which wins)."""
-    from nvdeploy.checks.nccl import expectation
-
-    env: dict[str, str] = {"NCCL_DEBUG": "VERSION"}
-    floor = expectation(profile).floor_gbps if profile is not None else None
-    if floor is not None:
-        env["NCCL_TESTS_MIN_BW"] = f"{floor:g}"
-    for key, value in dict(host_vars.get("nccl_env") or {}).items():
-        env[str(key)] = str(value)
-    return [f"{key}={value}" for key, value in env.items()]
-
-
-def nccl_binary(host_vars: Mapping[str, Any], name: str = "all_reduce_perf") -> str:
-    folder = host_vars.get("nccl_tests_dir")
-    return f"{str(folder).rstrip('/')}/{name}" if folder else name
-
-
-def build_nccl_all_reduce(host_vars: Mapping[str, Any], profile: Any) -> tuple[str, ...]:
-    count = profile.gpu.count if profile is not None else DEFAULT_GPU_COUNT
-    return ("env", *nccl_env_assignments(host_vars, profile), nccl_binary(host_vars), *NCCL_SIZES,
-            "-g", str(count), "-c", "1")
-
-
-NVLINK = _register(Collector(
+NVLINK = Collector(
     "nvidia_smi_nvlink", ("nvidia-smi", "nvlink", "-s"), 30.0,
-    description="NVLink state and speed of every link of every GPU"))
-TOPO = _register(Collector(
+    description="NVLink state and speed of every link of every GPU")
+TOPO = Collector(
     "nvidia_smi_topo", ("nvidia-smi", "topo", "-m"), 30.0,
-    description="the GPU/NIC connection matrix (NV# = bonded NVLinks)"))
-FABRICMANAGER = _register(Collector(
+    description="the GPU/NIC connection matrix (NV# = bonded NVLinks)")
+FABRICMANAGER = Collector(
     "fabricmanager", ("systemctl", "is-active", "nvidia-fabricmanager"), 20.0,
-    description="whether nvidia-fabricmanager runs (NVSwitch systems)"))
-FABRICMANAGER_VERSION = _register(Collector(
+    description="whether nvidia-fabricmanager runs (NVSwitch systems)")
+FABRICMANAGER_VERSION = Collector(
     "fabricmanager_version", ("nv-fabricmanager", "--version"), 20.0,
-    description="the fabric manager's version (must equal the driver's)"))
-LSMOD = _register(Collector(
-    "lsmod", ("lsmod",), 20.0, description="loaded kernel modules (nvidia_peermem for GPUDirect RDMA)"))
-IBSTAT = _register(Collector(
-    "ibstat", ("ibstat",), 30.0, description="InfiniBand HCAs and port state, rate and link layer"))
-OFED = _register(Collector(
-    "ofed_info", ("ofed_info", "-s"), 20.0, description="the MLNX/DOCA OFED version"))
-DCGM_VERSION = _register(Collector(
-    "dcgm_version", ("dcgmi", "--version"), 30.0, description="the DCGM version"))
-DCGM_DISCOVERY = _register(Collector(
+    description="the fabric manager's version (must equal the driver's)")
+LSMOD = Collector(
+    "lsmod", ("lsmod",), 20.0, description="loaded kernel modules (nvidia_peermem for GPUDirect RDMA)")
+IBSTAT = Collector(
+    "ibstat", ("ibstat",), 30.0, description="InfiniBand HCAs and port state, rate and link layer")
+OFED = Collector(
+    "ofed_info", ("ofed_info", "-s"), 20.0, description="the MLNX/DOCA OFED version")
+DCGM_VERSION = Collector(
+    "dcgm_version", ("dcgmi", "--version"), 30.0, description="the DCGM version")
+DCGM_DISCOVERY = Collector(
     "dcgm_discovery", ("dcgmi", "discovery", "-l"), 60.0,
-    description="GPUs and NVSwitches as DCGM (nv-hostengine) sees them"))
+    description="GPUs and NVSwitches as DCGM (nv-hostengine) sees them")
 # The busy guard (nvdeploy/checks/heavy_gate.py): read before any heavy collector may start; real format, one
 # line per process and GPU, nothing when idle.
-COMPUTE_APPS = _register(Collector(
+COMPUTE_APPS = Collector(
     "compute_apps", ("nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"),
-    20.0, description="GPU compute processes (busy guard: heavy tests do not start on a busy node)"))
-DCGM_DIAG = {level: _register(Collector(
+    20.0, description="GPU compute processes (busy guard: heavy tests do not start on a busy node)")
+DCGM_DIAG = {level: Collector(
     dcgm_diag_collector(level), ("dcgmi", "diag", "-r", str(level), "-j"), timeout, heavy=True,
-    description=f"DCGM diagnostic level {level} (JSON)", timeout_var="dcgm_timeout"))
+    description=f"DCGM diagnostic level {level} (JSON)", timeout_var="dcgm_timeout")
     for level, timeout in DCGM_TIMEOUTS.items()}
-NCCL_ALL_REDUCE = _register(Collector(
+NCCL_ALL_REDUCE = Collector(
     "nccl_all_reduce", ("all_reduce_perf", *NCCL_SIZES, "-g", str(DEFAULT_GPU_COUNT), "-c", "1"), NCCL_TIMEOUT_S,
     heavy=True, description="nccl-tests all_reduce_perf across every GPU of the node, 1-8 GiB, validated",
-    timeout_var="nccl_timeout", build=build_nccl_all_reduce))
+    timeout_var="nccl_timeout", build=build_nccl_all_reduce)
+
+# This module's part of the catalog, in the order `nvdeploy/collect.py` lists it.
+COLLECTORS: tuple[Collector, ...] = (
+    NVLINK, TOPO, FABRICMANAGER, FABRICMANAGER_VERSION, LSMOD, IBSTAT, OFED, DCGM_VERSION, DCGM_DISCOVERY,
+    COMPUTE_APPS, *DCGM_DIAG.values(), NCCL_ALL_REDUCE)

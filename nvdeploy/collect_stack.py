@@ -25,14 +25,15 @@ under its own timeout.
   ``true`` on hosts without an image. In the light batch: it takes seconds, runs beside the others, and only lists
   the GPUs (no load on a busy node), so it needs neither the busy guard nor a round trip of its own.
 
-Importing this module registers them (the check modules import it).
+The module defines them and registers nothing: :data:`COLLECTORS` lists them for the catalog that
+nvdeploy/collect.py builds.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from nvdeploy.collect import COLLECTORS, Collector, register_collector
+from nvdeploy.collector import Collector
 from nvdeploy.stack_commands import (  # noqa: F401  re-exported for the checks and tests
     CDI_LIST_ARGV,
     CONTAINER_FIND_ARGV,
@@ -71,26 +72,25 @@ def build_container_run(host_vars: Mapping[str, Any], profile: Any) -> tuple[str
     return docker_run_argv(str(image)) if image else ("true",)
 
 
-def _register(collector: Collector) -> Collector:
-    existing = COLLECTORS.get(collector.name)
-    return existing if existing is not None else register_collector(collector)
-
-
-CUDA = _register(Collector(
+CUDA = Collector(
     CUDA_TOOLKITS, CUDA_FIND_ARGV, 20.0,
-    description="CUDA toolkits under /usr/local (version.json) and forward-compatibility libcuda (cuda-compat)"))
-MPS = _register(Collector(
+    description="CUDA toolkits under /usr/local (version.json) and forward-compatibility libcuda (cuda-compat)")
+MPS = Collector(
     MPS_CONTROL, build_mps({}, None), 20.0, build=build_mps,
-    description="the CUDA MPS control daemon answers get_server_list"))
-CONTAINER = _register(Collector(
+    description="the CUDA MPS control daemon answers get_server_list")
+CONTAINER = Collector(
     CONTAINER_FILES, CONTAINER_FIND_ARGV, 20.0,
-    description="docker/containerd binaries, daemon.json, containerd config.toml and the CDI specs"))
-CDI = _register(Collector(
-    CDI_LIST, CDI_LIST_ARGV, 30.0, description="the CDI devices the NVIDIA container toolkit sees (nvidia-ctk)"))
-CONTAINER_SMOKE = _register(Collector(
+    description="docker/containerd binaries, daemon.json, containerd config.toml and the CDI specs")
+CDI = Collector(
+    CDI_LIST, CDI_LIST_ARGV, 30.0, description="the CDI devices the NVIDIA container toolkit sees (nvidia-ctk)")
+CONTAINER_SMOKE = Collector(
     CONTAINER_RUN, ("true",), CONTAINER_RUN_TIMEOUT_S, build=build_container_run,
     timeout_var="container_timeout",
-    description="docker run --gpus all IMAGE nvidia-smi -L (host var container_image)"))
-KERNEL_DRIVER_FILES = _register(Collector(
+    description="docker run --gpus all IMAGE nvidia-smi -L (host var container_image)")
+
+KERNEL_DRIVER_FILES = Collector(
     KERNEL_DRIVER, KERNEL_DRIVER_FIND_ARGV, 20.0,
-    description="the loaded nvidia module's flavour (open/proprietary) and the kernel release (GPUDirect DMA-BUF)"))
+    description="the loaded nvidia module's flavour (open/proprietary) and the kernel release (GPUDirect DMA-BUF)")
+
+# This module's part of the catalog, in the order `nvdeploy/collect.py` lists it.
+COLLECTORS: tuple[Collector, ...] = (CUDA, MPS, CONTAINER, CDI, CONTAINER_SMOKE, KERNEL_DRIVER_FILES)

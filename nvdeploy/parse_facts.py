@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping
 
-from nvdeploy.checks.smi_status import SmiStatus, smi_status
+from nvdeploy.parse_catalog import catalog_facts, catalog_summary
 from nvdeploy.parsers.kmsg import parse_kmsg
 from nvdeploy.parsers.lspci import parse_lspci
 from nvdeploy.parsers.nvidia_smi import parse_xml
 from nvdeploy.parsers.nvml_json import parse_probe_json
+from nvdeploy.parsers.smi_status import SmiStatus, smi_status
 from nvdeploy.results import CommandResult, ErrorReason, Verdict
 
 
@@ -49,8 +50,6 @@ def node_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
     # A log cut to its newest bytes starts mid-line: the parser drops that partial first line.
     facts["kmsg"] = parse_kmsg(kmsg.text, partial_first_line=kmsg.truncated) if kmsg is not None and kmsg.ok \
         else None
-    from nvdeploy.parse_catalog import catalog_facts
-
     facts.update(catalog_facts(results))
     return facts
 
@@ -89,8 +88,6 @@ def summary_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
     lspci = facts.get("lspci")
     if lspci is not None:
         out["pci_gpu_count"] = len(lspci.gpus)
-    from nvdeploy.parse_catalog import catalog_summary
-
     out.update(catalog_summary(facts))
     return out
 

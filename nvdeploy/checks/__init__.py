@@ -1,20 +1,46 @@
-"""The check catalog: each check is a small function from a node's facts to findings, registered by id.
+"""The check catalog: each check is a small function from a node's facts to findings, declared with ``@register``.
 
 Checks are pure (facts + profile in, findings out). ``nvdeploy checks list`` and ``nvdeploy checks show ID``
-print this catalog from the registry, with each check's docstring.
+print this catalog, with each check's docstring. The catalog is built here from the explicit list of check modules
+below: importing a check module registers nothing, and a module missing from the list has no check in the catalog
+(a unit test keeps the list complete).
 """
 
 from __future__ import annotations
 
-from nvdeploy.checks.registry import CHECKS, Check, NodeContext, register
+from nvdeploy.checks import (
+    clocks,
+    container,
+    cuda,
+    dcgm,
+    driver,
+    fabric,
+    gpu,
+    gpu_operator,
+    ib,
+    kmsg,
+    memory,
+    mps,
+    nccl,
+    nvlink,
+    pcie,
+    power,
+    rdma,
+    system,
+    versions,
+)
+from nvdeploy.checks.registry import Check, NodeContext, build_catalog, register
 
-# Importing the modules registers their checks.
-from nvdeploy.checks import driver, gpu, kmsg, memory, system  # noqa: E402,F401  isort: skip
-# The catalog of issue 4: NVLink, PCIe, fabric manager, InfiniBand, clocks/thermals/MIG, versions, DCGM, nccl-tests.
-from nvdeploy.checks import clocks, dcgm, fabric, ib, nccl, nvlink, pcie, versions  # noqa: E402,F401  isort: skip
-# The GPU stack around the driver (issue 12): CUDA toolkit/driver compatibility, MPS.
-from nvdeploy.checks import container, cuda, mps, power, rdma  # noqa: E402,F401  isort: skip
-# The Kubernetes GPU Operator (cluster stage on the controller, nvdeploy/phases/k8s.py).
-from nvdeploy.checks import gpu_operator  # noqa: E402,F401  isort: skip
+CHECK_MODULES = (
+    # The node's GPUs, driver and kernel log.
+    driver, gpu, kmsg, memory, system,
+    # The catalog of issue 4: NVLink, PCIe, fabric manager, InfiniBand, clocks/thermals/MIG, versions, DCGM, nccl-tests.
+    clocks, dcgm, fabric, ib, nccl, nvlink, pcie, versions,
+    # The GPU stack around the driver (issue 12): containers, CUDA toolkit/driver compatibility, MPS; power; RDMA.
+    container, cuda, mps, power, rdma,
+    # The Kubernetes GPU Operator (cluster stage on the controller, nvdeploy/phases/k8s.py).
+    gpu_operator,
+)
+CHECKS = build_catalog(CHECK_MODULES)
 
-__all__ = ["CHECKS", "Check", "NodeContext", "register"]
+__all__ = ["CHECKS", "CHECK_MODULES", "Check", "NodeContext", "register"]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from nvdeploy.checks.registry import NodeContext
-from nvdeploy.checks.smi_status import SmiStatus
+from nvdeploy.parsers.smi_status import SmiStatus
 from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
 
 SMI = "nvidia_smi_xml"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import nvdeploy.collect_stack  # noqa: F401  registers the collectors named below
 from nvdeploy.checks.common import SMI, smi_gate, version_tuple
 from nvdeploy.checks.gating import first_line, raw_gate
 from nvdeploy.checks.registry import NodeContext, register

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Mapping, Optional, Sequence
 
-import nvdeploy.collect_stack  # noqa: F401  registers the collectors named below
 from nvdeploy.builtin import data_dir
 from nvdeploy.checks.common import SMI, smi_gate, version_tuple
 from nvdeploy.checks.gating import raw_gate

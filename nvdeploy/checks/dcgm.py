@@ -9,9 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-import nvdeploy.collect_catalog  # noqa: F401  registers the collectors named below
 from nvdeploy.checks.gating import first_line, raw_gate
-from nvdeploy.checks.registry import NodeContext, register
+from nvdeploy.checks.registry import CheckFunction, NodeContext, register
 from nvdeploy.collect_catalog import DCGM_TIMEOUTS, dcgm_diag_collector
 from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
 
@@ -163,7 +162,7 @@ def evaluate_diag(ctx: NodeContext, level: int) -> list[Finding]:
                         observed=seen, expected="Pass", collector=collector)]
 
 
-def _make(level: int) -> None:
+def _make(level: int) -> CheckFunction:
     timeout = DCGM_TIMEOUTS[level]
 
     def check(ctx: NodeContext) -> list[Finding]:
@@ -179,8 +178,8 @@ def _make(level: int) -> None:
     3.x (``DCGM GPU Diagnostic``, ``gpu_id``) and 4.x (``DCGM Diagnostic``, ``entity_id``), text as fallback.
     """
     check.__name__ = f"dcgm_diag_r{level}"
-    register(f"dcgm.diag_r{level}", collectors=(dcgm_diag_collector(level),))(check)
+    return register(f"dcgm.diag_r{level}", collectors=(dcgm_diag_collector(level),))(check)
 
 
-for _level in sorted(DCGM_TIMEOUTS):
-    _make(_level)
+# Kept in a module-level tuple: the catalog (nvdeploy/checks/__init__.py) finds this module's checks there.
+DIAG_CHECKS = tuple(_make(level) for level in sorted(DCGM_TIMEOUTS))

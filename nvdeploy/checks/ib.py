@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import nvdeploy.collect_catalog  # noqa: F401  registers the collectors named below
 from nvdeploy.checks.gating import first_line, raw_gate, section
 from nvdeploy.checks.registry import NodeContext, register
 from nvdeploy.parsers.stack import parse_kernel_driver

@@ -6,7 +6,6 @@ import re
 import shlex
 from typing import Any, Mapping
 
-import nvdeploy.collect_stack  # noqa: F401  registers the collectors named below
 from nvdeploy.checks.gating import first_line, raw_gate
 from nvdeploy.checks.registry import NodeContext, register
 from nvdeploy.collect_stack import MPS_CONTROL, mps_dirs

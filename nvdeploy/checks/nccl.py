@@ -8,9 +8,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-import nvdeploy.collect_catalog  # noqa: F401  registers the collector named below
 from nvdeploy.checks.gating import raw_gate
 from nvdeploy.checks.registry import NodeContext, register
+from nvdeploy.nccl_commands import NcclExpectation, expectation  # noqa: F401  re-exported for multi-node runs
 from nvdeploy.parsers.nccl_tests import NcclFacts
 from nvdeploy.results import CommandResult, ErrorReason, Remediation, Verdict
 
@@ -22,28 +22,6 @@ _AVG_FAILED_RE = re.compile(r"Avg bus bandwidth\s*:\s*\S+\s+FAILED")
 TUNING_VARS = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE",
                "NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS", "NCCL_NET_GDR_LEVEL", "NCCL_IB_DISABLE", "NCCL_BUFFSIZE")
 _TABLE_FAILURES = ("Test NCCL failure", "Test CUDA failure")
-
-
-@dataclass(frozen=True)
-class NcclExpectation:
-    """Reference busbw (GB/s) and the floor as a percentage of it; None when the profile states none."""
-
-    busbw_gbps: Optional[float] = None
-    floor_pct: Optional[float] = None
-
-    @property
-    def floor_gbps(self) -> Optional[float]:
-        if self.busbw_gbps is None or self.floor_pct is None:
-            return None
-        return round(self.busbw_gbps * self.floor_pct / 100.0, 1)
-
-
-def expectation(profile: Any) -> NcclExpectation:
-    """The single-node all_reduce expectation of a profile (``nccl: {all_reduce_busbw_gbps, floor_pct}``)."""
-    nccl = profile.extra.get("nccl") if profile is not None else None
-    if not isinstance(nccl, Mapping) or "all_reduce_busbw_gbps" not in nccl:
-        return NcclExpectation()
-    return NcclExpectation(float(nccl["all_reduce_busbw_gbps"]), float(nccl.get("floor_pct", 95)))
 
 
 @dataclass(frozen=True)

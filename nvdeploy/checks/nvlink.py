@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-import nvdeploy.collect_catalog  # noqa: F401  registers the collectors named below
 from nvdeploy.checks.gating import first_line, raw_gate, section
 from nvdeploy.checks.registry import NodeContext, register
 from nvdeploy.parsers.nvlink import _GPU_RE, _LINK_RE, _link

@@ -1,10 +1,11 @@
-"""Check registration and the per-node context every check reads from."""
+"""Check declaration, the catalog built from it, and the per-node context every check reads from."""
 
 from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence
+from types import ModuleType
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from nvdeploy.profiles import Profile
 from nvdeploy.results import CommandResult, ErrorReason, Finding, Remediation, Verdict
@@ -50,20 +51,43 @@ class Check:
         return list(self.function(ctx))
 
 
-CHECKS: dict[str, Check] = {}
+# The attribute that marks a check function (set by :func:`register`, read by :func:`build_catalog`).
+_MARK = "__nvdeploy_check__"
 
 
 def register(check_id: str, collectors: Sequence[str] = ()) -> Callable[[CheckFunction], CheckFunction]:
-    """Register a check under ``check_id`` (``domain.name``); a duplicate id is a programming error."""
+    """Declare ``function`` the check ``check_id`` (``domain.name``) reading ``collectors``. It only marks the
+    function: the catalog is built from an explicit list of modules (:func:`build_catalog`), never on import."""
 
     def wrap(function: CheckFunction) -> CheckFunction:
-        if check_id in CHECKS:
-            raise ValueError(f"duplicate check id {check_id!r}")
-        CHECKS[check_id] = Check(check_id, check_id.split(".", 1)[0], tuple(collectors), function,
-                                 inspect.cleandoc(function.__doc__ or ""))
+        setattr(function, _MARK, Check(check_id, check_id.split(".", 1)[0], tuple(collectors), function,
+                                       inspect.cleandoc(function.__doc__ or "")))
         return function
 
     return wrap
+
+
+def declared_checks(module: ModuleType) -> list[Check]:
+    """The checks ``module`` defines, in the order it defines them: its marked functions, and those it keeps in a
+    module-level tuple (checks made in a loop). Functions it imports from another module are not its own."""
+    out: dict[int, Check] = {}  # by identity: a function kept under two names is one check
+    for value in vars(module).values():
+        for item in (value if isinstance(value, tuple) else (value,)):
+            check = getattr(item, _MARK, None) if callable(item) else None
+            if isinstance(check, Check) and getattr(item, "__module__", None) == module.__name__:
+                out.setdefault(id(check), check)
+    return list(out.values())
+
+
+def build_catalog(modules: Iterable[ModuleType]) -> dict[str, Check]:
+    """The check catalog, by id, from ``modules`` in order; an id defined twice is a programming error."""
+    catalog: dict[str, Check] = {}
+    for module in modules:
+        for check in declared_checks(module):
+            if check.id in catalog:
+                raise ValueError(f"duplicate check id {check.id!r}")
+            catalog[check.id] = check
+    return catalog
 
 
 # Checks that run once over the cluster after every node's own checks (the engine's cluster stage), by id.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import nvdeploy.collect_catalog  # noqa: F401  registers the collectors named below
 from nvdeploy.checks.registry import NodeContext, register
 from nvdeploy.results import Finding, Verdict
 

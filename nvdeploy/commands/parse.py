@@ -102,8 +102,8 @@ def dcgm_level(facts: Any) -> int:
 def evaluate(fmt: str, text: str, parsed: Any, profile: Any, label: str) -> list[Finding]:
     """Run the checks that read ``fmt``'s collector over one captured output (pure, like validate's evaluate)."""
     from nvdeploy.checks import CHECKS, NodeContext
-    from nvdeploy.checks.smi_status import SmiStatus
     from nvdeploy.parse_facts import node_facts
+    from nvdeploy.parsers.smi_status import SmiStatus
 
     collector = COLLECTOR_OF[fmt]
     if fmt == "dcgmi-diag":

@@ -349,17 +349,31 @@ def _python_for(user: str) -> str:
     return shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or sys.executable
 
 
-def _copy_pylib(workdir: Path, python: str) -> Path:
-    """A world-readable copy of nvdeploy (with its built-in data) for the fake tools of the test user.
+_PYLIB_TEMPLATES: dict[str, Path] = {}  # tool interpreter -> a compiled copy of nvdeploy, made once per process
 
-    The checkout or the project's interpreter may sit below a private folder (``/root`` is 0700): the fake
-    tools run as the unprivileged test user, so they import nvdeploy (and PyYAML where that interpreter lacks
-    it) from this copy.
+
+def _remove_templates() -> None:
+    for template in _PYLIB_TEMPLATES.values():
+        shutil.rmtree(template.parent, ignore_errors=True)
+    _PYLIB_TEMPLATES.clear()
+
+
+def _pylib_template(python: str) -> Path:
+    """A world-readable copy of nvdeploy (with its built-in data), byte-compiled by ``python``; made once per
+    process and interpreter.
+
+    Compiled because the fake tools import nvdeploy from it as the unprivileged test user, who cannot write
+    ``__pycache__`` there: without it every fake tool call compiled the simulator from source (about a third of
+    its CPU). ``copytree`` keeps modification times, so the ``.pyc`` files stay valid in each cluster's copy.
     """
+    if python in _PYLIB_TEMPLATES:
+        return _PYLIB_TEMPLATES[python]
     import nvdeploy
     from nvdeploy.builtin import data_dir
 
-    pylib = workdir / "pylib"
+    if not _PYLIB_TEMPLATES:
+        atexit.register(_remove_templates)
+    pylib = Path(tempfile.mkdtemp(prefix="nvd-pylib-")) / "pylib"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "_data")
     shutil.copytree(Path(nvdeploy.__file__).parent, pylib / "nvdeploy", ignore=ignore)
     shutil.copytree(data_dir("checks"), pylib / "nvdeploy" / "_data" / "checks", ignore=ignore)
@@ -368,10 +382,28 @@ def _copy_pylib(workdir: Path, python: str) -> Path:
         import yaml
 
         shutil.copytree(Path(yaml.__file__).parent, pylib / "yaml", ignore=shutil.ignore_patterns("__pycache__"))
+    # Not compiled is only slower: a failure here leaves the sources, which still import.
+    subprocess.run([python, "-m", "compileall", "-q", str(pylib)], stdin=subprocess.DEVNULL,
+                   capture_output=True, timeout=300, check=False)
     for folder, _dirs, files in os.walk(pylib):
         os.chmod(folder, 0o755)  # noqa: S103 - the unprivileged test user must read it
         for name in files:
             os.chmod(os.path.join(folder, name), 0o644)
+    _PYLIB_TEMPLATES[python] = pylib
+    return pylib
+
+
+def _copy_pylib(workdir: Path, python: str) -> Path:
+    """A world-readable, byte-compiled copy of nvdeploy (with its built-in data) for the fake tools of the test
+    user.
+
+    The checkout or the project's interpreter may sit below a private folder (``/root`` is 0700): the fake
+    tools run as the unprivileged test user, so they import nvdeploy (and PyYAML where that interpreter lacks
+    it) from this copy. Each cluster gets its own copy of :func:`_pylib_template` (its workdir is removed whole).
+    """
+    pylib = workdir / "pylib"
+    shutil.copytree(_pylib_template(python), pylib)
+    pylib.chmod(0o755)
     return pylib
 
 

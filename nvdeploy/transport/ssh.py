@@ -39,11 +39,25 @@ logging.getLogger("paramiko.transport").setLevel(logging.CRITICAL)
 
 _KNOWN_HOSTS_LOCK = threading.Lock()
 _READ_CHUNK = 65536
+# The reader sleeps on paramiko's buffer events (see _ready_event); _WAKE_S bounds one sleep all the same, so a
+# wake-up this code does not know of costs at most that. _POLL_S: a channel without those events is polled.
+_WAKE_S = 1.0
+_POLL_S = 0.02
 _BATCH_SLACK_S = batch.KILL_GRACE_S + 5
 
 
 _GLOBAL_KNOWN_HOSTS = Path("/etc/ssh/ssh_known_hosts")
 _KEEPALIVE_S = 15
+# paramiko's transport thread wakes every 0.1 s on an idle connection (its socket timeout) to check for close and
+# keepalive: 64+ connections waking 10 times a second cost ~10 ms of controller CPU per node (issue 10). Once
+# connected, a second is enough: keepalive is every 15 s, and close() wakes the thread itself (see close()).
+_IDLE_CHECK_S = 1.0
+
+
+def _settle(transport: paramiko.Transport) -> None:
+    """A connected transport's steady state: keepalive on, and its reader thread woken once a second, not ten."""
+    transport.set_keepalive(_KEEPALIVE_S)
+    transport.sock.settimeout(_IDLE_CHECK_S)
 
 
 def _user_known_hosts(configured: Optional[Path]) -> Path:
@@ -405,7 +419,7 @@ class SSHTransport(Transport):
                 jump_transport = self._jump_conn.client.get_transport()
                 if jump_transport is None or not jump_transport.is_active():
                     raise EOFError("SSH transport did not come up")
-                jump_transport.set_keepalive(_KEEPALIVE_S)
+                _settle(jump_transport)
                 failing = "channel"
                 # fabric's own gateway opens this channel with paramiko's default timeout: an hour.
                 sock = budget.watch(jump_transport.open_channel(
@@ -418,7 +432,7 @@ class SSHTransport(Transport):
             transport = self._conn.client.get_transport()
             if transport is None or not transport.is_active():
                 raise EOFError("SSH transport did not come up")
-            transport.set_keepalive(_KEEPALIVE_S)
+            _settle(transport)
             if not budget.finish():
                 raise _ConnectExpired()
         except Exception as exc:  # noqa: BLE001 - every connect failure becomes a node-level ERROR
@@ -510,11 +524,13 @@ class SSHTransport(Transport):
             if stdin:
                 channel.sendall(stdin)
             beat = time.monotonic()
+            ready = _ready_event(channel)
             while True:
                 progressed = False
-                if time.monotonic() - beat >= batch.HEARTBEAT_S and not (channel.eof_received or channel.closed):
+                now = time.monotonic()
+                if now - beat >= batch.HEARTBEAT_S and not (channel.eof_received or channel.closed):
                     # The batch's heartbeat: silence for HEARTBEAT_LOST_S (a partitioned link) ends it on the node.
-                    beat = time.monotonic()
+                    beat = now
                     try:
                         channel.sendall(batch.HEARTBEAT)
                     except (OSError, paramiko.SSHException):
@@ -533,7 +549,9 @@ class SSHTransport(Transport):
                     channel.recv_stderr(_READ_CHUNK)
                     progressed = True
                 if progressed and on_output is not None:
-                    on_output(bytes(out))
+                    # The buffer itself, read during the call only: a copy per packet made a 4 MB answer cost
+                    # hundreds of MB of copying.
+                    on_output(out)
                 if (channel.eof_received or channel.closed) and not channel.recv_ready() \
                         and not channel.recv_stderr_ready():
                     break  # EOF on the channel, both streams drained: nothing more can come
@@ -541,12 +559,19 @@ class SSHTransport(Transport):
                     return bytes(out), ErrorReason.INTERRUPTED, "run interrupted"
                 if not transport.is_active():
                     return bytes(out), ErrorReason.CONNECTION_LOST, "SSH connection lost during the command"
-                if time.monotonic() - started > limit_s:
+                if now - started > limit_s:
                     return bytes(out), ErrorReason.TIMEOUT, f"no complete answer within {limit_s:.0f} s"
                 if not progressed:
-                    time.sleep(0.02)
+                    # Sleep until paramiko feeds data, EOF or a close (ours, the node's, or the connection's), the
+                    # next heartbeat, or the limit. Polling every 20 ms instead cost 64 worker threads ~45 ms of
+                    # controller CPU per node (py-spy, issue 10), more than the rest of the SSH work together.
+                    wait = min(beat + batch.HEARTBEAT_S, started + limit_s) - now
+                    if ready is None:
+                        time.sleep(min(_POLL_S, max(wait, 0.0)))
+                    else:
+                        ready.wait(min(_WAKE_S, max(wait, 0.0)) + 0.001)
             if on_output is not None:
-                on_output(bytes(out))
+                on_output(out)
             # After EOF the status follows at once (OpenSSH sends it before CLOSE); bounded all the same.
             channel.status_event.wait(max(0.1, min(self.connect_timeout_s, limit_s - (time.monotonic() - started))))
             status = channel.exit_status if channel.status_event.is_set() else -1
@@ -583,9 +608,33 @@ class SSHTransport(Transport):
         for conn in (self._conn, self._jump_conn):
             if conn is not None:
                 try:
+                    # paramiko closes the socket while its reader thread may sleep in recv() up to _IDLE_CHECK_S,
+                    # which holds the TCP connection open that long: shut it down first, which wakes that recv().
+                    # The channels' CLOSE messages above were written to the socket already.
+                    sock = getattr(conn.client.get_transport(), "sock", None)
+                    if isinstance(sock, socket.socket):
+                        with contextlib.suppress(OSError):
+                            sock.shutdown(socket.SHUT_RDWR)
                     conn.close()
                 except Exception:  # noqa: BLE001
                     pass
+
+
+def _ready_event(channel: paramiko.Channel) -> Optional[threading.Event]:
+    """An Event paramiko sets when the channel has data on either stream, EOF, or is closed; None without one.
+
+    paramiko's ``BufferedPipe.set_event`` (what ``Channel.fileno`` uses, without the two file descriptors a pipe
+    per channel costs at 1,000 forks): set on feed, on EOF and on close (ours, the node's, or the transport's end,
+    which unlinks every channel); cleared only by a read that empties a still-open buffer. The reader drains both
+    streams and checks both again before it sleeps, so a clear by one stream's read cannot hide the other's data.
+    """
+    buffers = [getattr(channel, name, None) for name in ("in_buffer", "in_stderr_buffer")]
+    if not all(hasattr(buffer, "set_event") for buffer in buffers):
+        return None  # pragma: no cover - another paramiko, or a test's fake: polled
+    event = threading.Event()
+    for buffer in buffers:
+        buffer.set_event(event)  # type: ignore[union-attr]
+    return event
 
 
 class _ExecTimeout(paramiko.SSHException):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -35,3 +36,17 @@ def write_inventory(tmp_path: Path):
         return path
 
     return write
+
+
+@pytest.fixture
+def ctrl_c_reaches_main():
+    """Ctrl-C as the tests simulate it (``_thread.interrupt_main``) raises KeyboardInterrupt in the main thread.
+
+    A process started in the background by a shell without job control inherits SIGINT ignored, and then the
+    simulated Ctrl-C does nothing: the run under test would wait for its hung nodes until the test's timeout.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -133,7 +133,7 @@ def test_global_deadline_stops_a_slow_command(tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_interrupt_during_a_slow_command_is_interrupted_not_a_result(tmp_path):
+def test_interrupt_during_a_slow_command_is_interrupted_not_a_result(tmp_path, ctrl_c_reaches_main):
     def interrupt_soon():
         time.sleep(1.0)
         import _thread

@@ -138,7 +138,7 @@ def test_global_deadline_bounds_the_run(tmp_path):
     assert node(outcome, "stuck").verdict is Verdict.ERROR
 
 
-def test_interrupt_keeps_finished_nodes_and_marks_the_rest(tmp_path):
+def test_interrupt_keeps_finished_nodes_and_marks_the_rest(tmp_path, ctrl_c_reaches_main):
     hosts = {f"n{i:02d}": [] for i in range(6)}
     hosts.update({"h1": ["hang"], "h2": ["hang"]})
     main_thread = threading.main_thread()
@@ -212,7 +212,7 @@ def test_results_json_has_the_documented_shape(tmp_path):
     assert finding["remediation"] == "TUNE"
 
 
-def test_resume_finishes_only_the_nodes_without_a_result(tmp_path):
+def test_resume_finishes_only_the_nodes_without_a_result(tmp_path, ctrl_c_reaches_main):
     import _thread
 
     from nvdeploy.phases.validate import resume_validate

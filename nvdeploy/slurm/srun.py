@@ -258,9 +258,12 @@ class SrunPool:
             proc.send_signal(signal.SIGINT)  # srun forwards it to the tasks
             proc.wait(timeout=3)
         except (subprocess.TimeoutExpired, ProcessLookupError, OSError):
+            # An srun that ignores SIGINT (inherited ignored, e.g. nvdeploy started from a script's background job)
+            # is killed and reaped: no zombie srun is left behind the run.
             try:
                 proc.kill()
-            except OSError:
+                proc.wait(timeout=10)
+            except (subprocess.TimeoutExpired, OSError):
                 pass
 
     # ---- gathering ----

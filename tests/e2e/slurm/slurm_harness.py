@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -129,8 +130,11 @@ class SlurmTestCluster:
         return _run([sys.executable, "-m", "nvdeploy", *args], timeout, self.env)
 
     def popen(self, *args: str) -> subprocess.Popen:
+        # SIGINT at its default in the child: a suite started as a background job inherits it ignored, and the
+        # Ctrl-C test would then send a signal nvdeploy never sees.
         return subprocess.Popen([sys.executable, "-m", "nvdeploy", *args], env=self.env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+                                stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                                preexec_fn=_default_sigint)
 
     def start(self) -> subprocess.CompletedProcess:
         extra = "\n".join([f"TaskProlog={self.dir}/taskprolog.sh", f"HealthCheckProgram={self.dir}/health.sh",
@@ -141,6 +145,10 @@ class SlurmTestCluster:
 
     def stop(self) -> None:
         _run(["bash", str(SCRIPTS / "stop-slurm.sh")], 60, dict(self.env, SLURM_TEST_DIR=str(self.dir)))
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def prepare(cluster: SlurmTestCluster) -> None:

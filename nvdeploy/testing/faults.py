@@ -175,7 +175,7 @@ class NvdeployProcess:
         self.started = time.monotonic()
         self.proc = subprocess.Popen([sys.executable, "-m", "nvdeploy", *args], stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full_env, cwd=cwd,
-                                     preexec_fn=_default_sigint)
+                                     preexec_fn=default_sigint)
         self._out: list[bytes] = []
         self._err: list[bytes] = []
         self._readers = [threading.Thread(target=_drain, args=(self.proc.stdout, self._out), daemon=True),
@@ -210,7 +210,8 @@ class NvdeployProcess:
                            b"".join(self._err).decode("utf-8", "replace"), wall, int(usage.ru_maxrss))
 
 
-def _default_sigint() -> None:
+def default_sigint() -> None:
+    """For ``preexec_fn``: SIGINT at its default in the child, so a simulated Ctrl-C reaches it."""
     # A shell starts background jobs with SIGINT ignored, and Python then keeps it ignored: reset it.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 

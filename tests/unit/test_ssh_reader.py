@@ -153,11 +153,11 @@ def test_close_from_another_thread_wakes_a_silent_reader():
 
 def test_heartbeat_still_sent_while_the_reader_sleeps(monkeypatch):
     monkeypatch.setattr(batch, "HEARTBEAT_S", 0.05)
-    channel = _PipeChannel([("sleep", 0.6), ("out", b"done"), ("eof",)])
+    channel = _PipeChannel([("sleep", 1.2), ("out", b"done"), ("eof",)])
     raw, error, _ = _ssh_with(channel)._exec("cmd", b"pw\n", 30, 10**6)  # noqa: SLF001
     assert (raw, error) == (b"done", None)
     assert channel.sent.startswith(b"pw\n")
-    assert channel.sent.count(batch.HEARTBEAT) >= 2  # every HEARTBEAT_S of the 0.6 s silence, not only at wake-ups
+    assert channel.sent.count(batch.HEARTBEAT) >= 2  # every HEARTBEAT_S of the 1.2 s silence, not only at wake-ups
 
 
 def test_limit_ends_a_silent_reader_with_timeout():

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
+
+from nvdeploy.testing.faults import default_sigint
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPTS = ROOT / "tests" / "slurm"
@@ -134,7 +135,7 @@ class SlurmTestCluster:
         # Ctrl-C test would then send a signal nvdeploy never sees.
         return subprocess.Popen([sys.executable, "-m", "nvdeploy", *args], env=self.env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-                                preexec_fn=_default_sigint)
+                                preexec_fn=default_sigint)
 
     def start(self) -> subprocess.CompletedProcess:
         extra = "\n".join([f"TaskProlog={self.dir}/taskprolog.sh", f"HealthCheckProgram={self.dir}/health.sh",
@@ -145,10 +146,6 @@ class SlurmTestCluster:
 
     def stop(self) -> None:
         _run(["bash", str(SCRIPTS / "stop-slurm.sh")], 60, dict(self.env, SLURM_TEST_DIR=str(self.dir)))
-
-
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def prepare(cluster: SlurmTestCluster) -> None:

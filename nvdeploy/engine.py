@@ -139,8 +139,8 @@ class NodeRunner:
         self._lock = threading.Lock()
 
     def abort_all(self) -> None:
-        self.stopping.set()
-        with self._lock:
+        with self._lock:  # with _run's registration: every transport is either closed here or never used
+            self.stopping.set()
             transports = list(self._active.values())
         for transport in transports:
             transport.close()
@@ -208,6 +208,10 @@ class NodeRunner:
         profile = self.catalog.get(host.profile or "")
         transport = make_transport(host, self.catalog, self.options, run_id=self.recorder.run_dir.name)
         with self._lock:
+            # Checked again under the lock abort_all takes: an interrupt that came after the check above must not
+            # miss this transport (it would connect and run the whole batch after the run was stopped).
+            if self.stopping.is_set():
+                return error_node(host, "system.reachable", "not started: run interrupted", ErrorReason.INTERRUPTED)
             self._active[host.name] = transport
         try:
             try:

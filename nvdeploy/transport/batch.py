@@ -30,7 +30,10 @@ The run's lifetime on the node (issue 9):
   ``fs.protected_regular`` (the systemd default) nobody can open another user's file in /tmp with O_CREAT, so a
   lock file created by one operator would be unusable for the next. A batch that cannot take the lock prints
   ``__NVD_BUSY__`` with the live holder's info and runs nothing. flock releases with the last process holding
-  it, so a lock whose holder is gone is simply taken. Without flock(1) (util-linux) the batch runs unlocked.
+  it, so a lock whose holder is gone is simply taken; a tool that outlived its batch still holds it, and the
+  node stays busy. The watcher never holds it, and the script releases it (and removes its holder info and temp
+  folder) before it prints the end marker: the controller may send the node its next batch the moment that
+  marker arrives. Without flock(1) (util-linux) the batch runs unlocked.
 - **sudo: one password attempt per node.** With a password, the script first runs ``sudo -S -p '' -- true``
   alone and prints its outcome early (``__NVD_SUDO__``, so the controller's sudo gate can let the other nodes
   go on). Only when it succeeded do the sudo commands start; otherwise they are reported ``rc=s<N>`` (not run)
@@ -177,7 +180,7 @@ exec 3<&0
   trap '' TERM USR1
   nvd_end
   rm -rf "$d" ${nvd_hf:+"$nvd_hf"}
-) <&3 3<&- >/dev/null 2>&1 &
+) <&3 3<&- 9<&- >/dev/null 2>&1 &
 nvd_w=$!
 exec 3<&-
 """
@@ -369,6 +372,9 @@ def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False, r
         for index, spec in enumerate(commands):
             lines.append(f'nvd_fr {index} "$nvd_r{index}"' + (" t" if spec.keep_tail else ""))
         lines.append(f'(cd "$d" && exec cat {frames})')
+    # The end marker tells the controller it may send this node its next batch at once: the lock must be free by
+    # then (closed here; the watcher and its clock never held it), and the holder info and temp folder gone.
+    lines.append('rm -rf "$d" ${nvd_hf:+"$nvd_hf"}; trap - EXIT; exec 9<&-')
     lines.append(f"printf '{END_MARKER.decode()}\\n'")
     return "\n".join(lines) + "\n"
 

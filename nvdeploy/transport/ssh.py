@@ -200,6 +200,7 @@ class _ConnectBudget:
         self.seconds = seconds
         self.deadline = time.monotonic() + seconds
         self.expired = False
+        self.cancelled = False
         self._done = False
         self._watched: list[Any] = []
         self._lock = threading.Lock()
@@ -242,6 +243,18 @@ class _ConnectBudget:
         """After a failure: close everything still open, whatever the deadline."""
         self.finish()
         for thing in reversed(self._watched):
+            _force_close(thing)
+
+    def cancel(self) -> None:
+        """From another thread (the run was interrupted): end a connect still under way as the deadline would,
+        at once; a connect already finished is left alone."""
+        with self._lock:
+            if self._done or self.expired:
+                return
+            self.cancelled = self.expired = True
+            things = list(self._watched)
+        self._timer.cancel()
+        for thing in reversed(things):
             _force_close(thing)
 
 
@@ -355,6 +368,7 @@ class SSHTransport(Transport):
         self._sudo_password = sudo_password
         self._conn: Optional[Connection] = None
         self._jump_conn: Optional[Connection] = None
+        self._budget: Optional[_ConnectBudget] = None  # the connect under way (or done), for close() to cancel
         self._channels: set[paramiko.Channel] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -404,7 +418,11 @@ class SSHTransport(Transport):
 
     def connect(self) -> None:
         """Connect (through ``ssh_jump`` when set) within connect_timeout overall, or raise TransportError."""
-        budget = _ConnectBudget(self.connect_timeout_s)
+        if self._closed:
+            raise TransportError(ErrorReason.INTERRUPTED, "not connected: run interrupted")
+        budget = self._budget = _ConnectBudget(self.connect_timeout_s)
+        if self._closed:  # close() ran before the budget was set: it could not cancel it
+            budget.cancel()
         jump: Optional[tuple[str, int]] = None
         failing = "target"  # whose failure an exception is: the jump host's, its channel's, or the node's
         try:
@@ -440,6 +458,8 @@ class SSHTransport(Transport):
             self.close()
             if isinstance(exc, TransportError):
                 raise
+            if budget.cancelled:
+                raise TransportError(ErrorReason.INTERRUPTED, "connect cancelled: run interrupted") from None
             raise self._connect_error(exc, budget, failing, jump) from None
 
     def _connect_error(self, exc: BaseException, budget: _ConnectBudget, failing: str,
@@ -598,6 +618,9 @@ class SSHTransport(Transport):
 
     def close(self) -> None:
         self._closed = True
+        budget = self._budget
+        if budget is not None:
+            budget.cancel()  # a connect under way in the node's thread ends now, not at its timeout
         with self._lock:
             channels = list(self._channels)
         for channel in channels:

@@ -412,3 +412,41 @@ def test_local_normal_end_leaves_no_process_with_a_heartbeat_clock(node_env):
     assert (b.rc, b.stdout) == (0, b"started\n")  # its stray sleep was ended, so the capper saw EOF
     _wait_for(lambda: not _marked(marker), 15, "every batch process to end")
     assert list((folder / "tmp").iterdir()) == []
+
+
+def _read_to_end_marker(process) -> bytes:
+    raw = b""
+    while not raw.endswith(batch.END_MARKER + b"\n"):
+        chunk = os.read(process.stdout.fileno(), 65536)
+        if not chunk:
+            raise AssertionError(f"EOF before the end marker: {raw[-300:]!r}")
+        raw += chunk
+    return raw
+
+
+def test_the_lock_is_free_and_the_temp_folder_gone_when_the_end_marker_arrives(node_env):
+    """CI: a node's next batch, sent the moment the previous one's end marker arrived, found the lock still held
+    ("holder unknown") by the previous batch's last processes (the clock's sleep, the EXIT trap's rm). The batch
+    releases the lock, and removes its holder info and temp folder, before it prints the end marker."""
+    import fcntl
+    import subprocess
+
+    folder, _ = node_env
+    script = batch.build_script([CommandSpec("a", ("echo", "x"), 5)], run_id="r1", heartbeat_lost_s=4)
+    lock_dir = folder / "lock"
+    for _ in range(10):
+        process = subprocess.Popen(["sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        try:
+            _read_to_end_marker(process)
+            fd = os.open(lock_dir, os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError while anything holds it
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
+            assert list(lock_dir.glob("holder.*")) == []
+            assert list((folder / "tmp").iterdir()) == []
+        finally:
+            process.stdin.close()
+            process.wait(10)
+            process.stdout.close()

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from nvdeploy.parse_catalog import catalog_facts, catalog_summary
 from nvdeploy.parsers.kmsg import parse_kmsg
 from nvdeploy.parsers.lspci import parse_lspci
-from nvdeploy.parsers.nvidia_smi import parse_xml
+from nvdeploy.parsers.nvidia_smi import parse_xml, xml_understood
 from nvdeploy.parsers.nvml_json import parse_probe_json
 from nvdeploy.parsers.smi_status import SmiStatus, smi_status
 from nvdeploy.results import CommandResult, ErrorReason, Verdict
@@ -20,9 +20,14 @@ def node_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
     smi_result = results.get("nvidia_smi_xml")
     status = smi_status(smi_result)
     smi = None
+    probe = results.get("nvml_probe")
+    probed = parse_probe_json(probe.text) if probe is not None and probe.ok else None
     if status.usable and smi_result is not None:
-        smi = parse_xml(smi_result.text)
-        if not smi.gpus and smi.warnings:
+        # With the probe's GPUs at hand, only whether the XML reads matters (a garbled one is still ERROR):
+        # the per-GPU fields would be thrown away.
+        if probed is None or not probed.gpus or not xml_understood(smi_result.text):
+            smi = parse_xml(smi_result.text)
+        if smi is not None and not smi.gpus and smi.warnings:
             status = SmiStatus(Verdict.ERROR, f"nvidia-smi XML not understood: {smi.warnings[0]}",
                                ErrorReason.UNPARSEABLE)
     elif smi_result is not None and _lost_but_listed(smi_result):
@@ -30,11 +35,9 @@ def node_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
         # lost GPU is named (FAIL, ISOLATE) by each check, instead of one node-wide "fell off the bus".
         smi = parse_xml(smi_result.text)
         status = SmiStatus(None)
-    probe = results.get("nvml_probe")
     facts["smi_source"] = "nvidia_smi_xml"
     facts["probe_warnings"] = ()
-    if probe is not None and probe.ok:
-        probed = parse_probe_json(probe.text)
+    if probed is not None:
         if probed.gpus:
             # NVML's facts, straight from the library; nvidia-smi's exit status above still decides.
             smi = probed if status.usable else smi

@@ -14,7 +14,7 @@ from __future__ import annotations
 import csv
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -327,12 +327,15 @@ def _gpu_from_tree(tree: _Tree, index: int | None, bus_id: str | None) -> GpuFac
 
 
 def _assemble(fmt: str, driver: str | None, cuda: str | None, count: int | None,
-              sections: list[tuple[_Tree, str | None]], warnings: list[str]) -> SmiFacts:
+              sections: Sequence[tuple[_Tree, str | None]], warnings: list[str], details: bool = True) -> SmiFacts:
     complete = count is not None and count == len(sections)
     if count is not None and count != len(sections):
         warnings.append(f"nvidia-smi reports {count} attached GPU(s) but {len(sections)} GPU section(s) are present;"
                         " GPU index left unset")
-    gpus = tuple(_gpu_from_tree(tree, i if complete else None, bus) for i, (tree, bus) in enumerate(sections))
+    if details:
+        gpus = tuple(_gpu_from_tree(tree, i if complete else None, bus) for i, (tree, bus) in enumerate(sections))
+    else:  # only how many there are (see xml_understood): empty facts, never returned to a caller
+        gpus = tuple(GpuFacts(index=i if complete else None) for i in range(len(sections)))
     if not gpus and driver is None and count is None:
         warnings.append("no nvidia-smi data found in input")
     return SmiFacts(driver, cuda, count, gpus, tuple(warnings), fmt)
@@ -393,6 +396,18 @@ def _salvage_xml_header(body: str) -> dict[str, str]:
 
 def parse_xml(text: str) -> SmiFacts:
     """Parse ``nvidia-smi -q -x``. Entities are never resolved: a DOCTYPE with declarations is removed first."""
+    return _parse_xml(text, details=True)
+
+
+def xml_understood(text: str) -> bool:
+    """Whether :func:`parse_xml` would read this document (GPUs, or no warning), without reading each GPU's
+    fields: what a node whose GPU facts come from the NVML probe needs of its XML (a third of a simulated
+    1,000-node run's controller CPU went to per-GPU fields that were then thrown away)."""
+    facts = _parse_xml(text, details=False)
+    return bool(facts.gpus) or not facts.warnings
+
+
+def _parse_xml(text: str, details: bool) -> SmiFacts:
     text, warnings, early = _start(text, "xml")
     if early is not None:
         return early
@@ -415,9 +430,10 @@ def parse_xml(text: str) -> SmiFacts:
                         _int(head.get("attached_gpus")), (), tuple(warnings), "xml")
     if root.tag != "nvidia_smi_log":
         warnings.append(f"unexpected XML root element <{root.tag}> (expected <nvidia_smi_log>)")
-    sections = [(_flatten_xml(g), g.get("id")) for g in root.findall("gpu")]
+    gpus = root.findall("gpu")
+    sections = [(_flatten_xml(g) if details else {}, g.get("id")) for g in gpus]
     return _assemble("xml", _clean(root.findtext("driver_version")), _clean(root.findtext("cuda_version")),
-                     _int(root.findtext("attached_gpus")), sections, warnings)
+                     _int(root.findtext("attached_gpus")), sections, warnings, details)
 
 
 # ----------------------------------------------------------------------------------------------- text (-q)

@@ -205,3 +205,36 @@ def test_gpu_the_probe_got_no_handle_for_is_error_in_each_check():
         findings = run_check(check_id, ctx)
         assert [(f.verdict, f.gpu) for f in findings] == [(Verdict.ERROR, 5)], findings
         assert "no handle: UNKNOWN" in findings[0].summary
+
+
+@pytest.mark.parametrize("xml", ["<nvidia_smi_log><gpu id=\"0\"><a></b></gpu></nvidia_smi_log>",
+                                 "<nvidia_smi_log></nvidia_smi_log>",
+                                 "<nvidia_smi_log><gpu>&bogus;</gpu></nvidia_smi_log>"])
+def test_garbled_xml_is_error_even_when_the_probe_read_every_gpu(xml):
+    """The probe's GPUs are used without reading the XML's per-GPU fields (issue 10), but an XML that does not
+    parse still makes the node ERROR unparseable, as before."""
+    from nvdeploy.parse_facts import node_facts
+    from nvdeploy.parsers.nvidia_smi import xml_understood
+
+    results = facts_results((), "nvml_probe")
+    assert xml_understood(results["nvidia_smi_xml"].text)
+    good = node_facts(results)
+    assert good["smi_source"] == "nvml_probe" and len(good["smi"].gpus) == 8 and good["smi_status"].usable
+    results["nvidia_smi_xml"] = result("nvidia_smi_xml", xml)
+    assert not xml_understood(xml)
+    bad = node_facts(results)
+    assert bad["smi_status"].verdict is Verdict.ERROR and bad["smi_status"].reason is ErrorReason.UNPARSEABLE
+    assert bad["smi"] == parse_xml(xml)  # what the report shows: the XML's own (GPU-less) reading, as before
+
+
+def test_xml_understood_agrees_with_parse_xml_on_every_real_capture():
+    from pathlib import Path
+
+    from nvdeploy.parsers.nvidia_smi import xml_understood
+
+    captures = sorted(Path(__file__).resolve().parents[1].glob("fixtures/real/**/*.xml"))
+    assert captures
+    for path in captures:
+        text = path.read_text(errors="replace")
+        parsed = parse_xml(text)
+        assert xml_understood(text) == (bool(parsed.gpus) or not parsed.warnings), path

@@ -192,13 +192,19 @@ _WAIT_EOF = r"""trap 'exit 0' TERM
 # With a heartbeat: a clock subshell sends USR1 every {period} s; a trapped signal interrupts the read builtin (it
 # returns 1 with what it read so far), so the loop sees EOF, a heartbeat byte, or a tick. A tick after a whole
 # period without a byte ends the batch: it ends after between {period} and 2x{period} s of silence. A missed tick
-# (a race with the read) only delays that by a period. The clock waits on its sleep with the wait builtin, which a
-# trapped TERM interrupts, so stopping the watcher stops the clock and its sleep at once, leaving nothing behind.
+# (a race with the read) only delays that by a period.
+# The clock is started BEFORE the watcher sets its own traps: a child forked with a caught TERM keeps the parent's
+# handler until it resets it, so a TERM that reaches it in that moment is swallowed, and a clock that missed its
+# TERM would run on (and, when waited for, hold up the batch's answer) for a period. Forked first, it has TERM at
+# its default until it sets its own trap. Its first USR1 comes a whole period later, long after the watcher's USR1
+# trap is set. The watcher does not wait for the clock when it stops: the clock's own trap ends it and its sleep at
+# once, and a clock whose watcher is gone exits at its next tick all the same.
 _WAIT_HEARTBEAT = r"""nvd_heard=1; nvd_tick=
-  trap 'nvd_tick=1' USR1
-  trap 'kill $! 2>/dev/null && wait $!; exit 0' TERM
   ( trap 'kill $! 2>/dev/null; exit 0' TERM
     while sleep {period} & wait $!; do kill -USR1 "$nvd_me" 2>/dev/null || exit 0; done ) &
+  nvd_clk=$!
+  trap 'nvd_tick=1' USR1
+  trap 'kill "$nvd_clk" 2>/dev/null; exit 0' TERM
   while :; do
     nvd_x=
     if IFS= read -r nvd_x; then nvd_heard=1; continue; fi
@@ -209,7 +215,7 @@ _WAIT_HEARTBEAT = r"""nvd_heard=1; nvd_tick=
     nvd_heard=
   done
   trap '' TERM USR1
-  kill $! 2>/dev/null && wait $!"""
+  kill $nvd_clk 2>/dev/null && wait $nvd_clk"""
 
 _LOCK = r"""
 nvd_ld=${NVDEPLOY_LOCK_DIR:-{default_lock}}

@@ -210,9 +210,12 @@ class NodeRunner:
         with self._lock:
             # Checked again under the lock abort_all takes: an interrupt that came after the check above must not
             # miss this transport (it would connect and run the whole batch after the run was stopped).
-            if self.stopping.is_set():
-                return error_node(host, "system.reachable", "not started: run interrupted", ErrorReason.INTERRUPTED)
-            self._active[host.name] = transport
+            stopped = self.stopping.is_set()
+            if not stopped:
+                self._active[host.name] = transport
+        if stopped:
+            transport.close()
+            return error_node(host, "system.reachable", "not started: run interrupted", ErrorReason.INTERRUPTED)
         try:
             try:
                 transport.connect()

@@ -223,11 +223,12 @@ class _ConnectBudget:
         _force_close(thing)
         raise _ConnectExpired()
 
-    def _expire(self) -> None:
+    def _expire(self, cancelled: bool = False) -> None:
         with self._lock:
-            if self._done:
+            if self._done or self.expired:
                 return
             self.expired = True
+            self.cancelled = cancelled
             things = list(self._watched)
         for thing in reversed(things):
             _force_close(thing)
@@ -248,14 +249,8 @@ class _ConnectBudget:
     def cancel(self) -> None:
         """From another thread (the run was interrupted): end a connect still under way as the deadline would,
         at once; a connect already finished is left alone."""
-        with self._lock:
-            if self._done or self.expired:
-                return
-            self.cancelled = self.expired = True
-            things = list(self._watched)
         self._timer.cancel()
-        for thing in reversed(things):
-            _force_close(thing)
+        self._expire(cancelled=True)
 
 
 def _force_close(thing: Any) -> None:
@@ -521,7 +516,9 @@ class SSHTransport(Transport):
         this process dying, all clean up the node. The exit status is taken only after EOF on the channel: OpenSSH
         may send it before the last bytes of output (seen under load: 499,712 of 500,000 bytes).
         """
-        if self._conn is None or self._closed:
+        if self._closed:  # closed by an interrupt after the connect: resume must redo this node
+            return b"", ErrorReason.INTERRUPTED, "run interrupted"
+        if self._conn is None:
             return b"", ErrorReason.NOT_RUN, "not connected"
         transport = self._conn.client.get_transport()
         if transport is None or not transport.is_active():

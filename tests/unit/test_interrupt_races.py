@@ -53,6 +53,7 @@ def test_an_interrupt_between_the_start_check_and_registration_stops_the_node(tm
     result = runner.run(host)
     assert [f.reason for f in result.findings] == [ErrorReason.INTERRUPTED]
     assert made and not made[0].connected
+    assert made[0].closed  # made, never registered: closed all the same
 
 
 @pytest.fixture
@@ -99,3 +100,10 @@ def test_a_closed_transport_does_not_connect(silent_server):
     with pytest.raises(TransportError) as raised:
         transport.connect()
     assert raised.value.reason is ErrorReason.INTERRUPTED
+
+
+def test_a_command_on_a_transport_closed_by_the_interrupt_is_interrupted_so_resume_redoes_the_node():
+    transport = SSHTransport("127.0.0.1", user="nobody", port=22)
+    assert transport._exec("true", b"", 10, 100)[1] is ErrorReason.NOT_RUN  # noqa: SLF001 - never connected
+    transport.close()
+    assert transport._exec("true", b"", 10, 100)[1] is ErrorReason.INTERRUPTED  # noqa: SLF001

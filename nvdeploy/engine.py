@@ -322,46 +322,59 @@ def run_hosts(hosts: Sequence[Host], runner: NodeRunner, forks: int,
     interrupt: Optional[Interrupted] = None
     workers = max(1, min(forks, len(hosts)))
     pool = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nvd-node")
-    futures = {pool.submit(runner.run, host): host for host in hosts}
-    pending = set(futures)
     # Finished futures arrive on a queue: cf.wait(pending, FIRST_COMPLETED) would add and remove a waiter on every
     # pending future per completion, O(nodes^2) lock operations (a third of a 1,000-node run's CPU).
     finished_queue: queue.SimpleQueue[cf.Future[NodeResult]] = queue.SimpleQueue()
-    for future in futures:
-        future.add_done_callback(finished_queue.put)
+    # A window of submitted hosts, topped up as results are taken: with every host submitted at once, nodes that
+    # finished while the main thread waited for the GIL queued up with their whole results (a 10,000-node
+    # simulated run peaked at ~300 MiB of such backlog and the heap it fragmented). Twice the workers keeps each
+    # worker a node queued.
+    window = 2 * workers
+    waiting = iter(hosts)
+    futures: dict[cf.Future[NodeResult], Host] = {}
+
+    def submit_more() -> None:
+        while len(futures) < window:
+            host = next(waiting, None)
+            if host is None:
+                return
+            future = pool.submit(runner.run, host)
+            futures[future] = host
+            future.add_done_callback(finished_queue.put)
+
     # Fewer young-generation collections while nodes run: parsing one node allocates tens of thousands of tracked
     # objects, and at Python's default threshold (700) the collector took ~20% of a 2,000-node run's CPU.
     thresholds = gc.get_threshold()
     gc.set_threshold(max(thresholds[0], GC_THRESHOLD), *thresholds[1:])
     try:
-        while pending:
+        submit_more()
+        while futures:
             for future in _finished(finished_queue, 0.5):
-                pending.discard(future)
-                if future.cancelled():
-                    continue
                 # Dropped from the map: a finished future holds its node's whole result.
-                futures.pop(future, None)
+                if futures.pop(future, None) is None or future.cancelled():
+                    continue
                 take(future.result())
+            submit_more()
     except (KeyboardInterrupt, Interrupted) as exc:
         interrupt = exc if isinstance(exc, Interrupted) else Interrupted(130)
         runner.abort_all()
-        for future in pending:
+        for future in futures:
             future.cancel()
         # Running nodes see their transport closed and return promptly; give them a moment to report.
-        finished, _ = cf.wait([f for f in pending if not f.cancelled()], timeout=5)
+        finished, _ = cf.wait([f for f in futures if not f.cancelled()], timeout=5)
         for future in finished:
             futures.pop(future, None)
             take(future.result())
     except OutputError:
         # Evidence or journal cannot be written: stop every node now; the caller reports it (exit 2).
         runner.abort_all()
-        for future in pending:
+        for future in futures:
             future.cancel()
         raise
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         gc.set_threshold(*thresholds)
-    for host in futures.values():
+    for host in hosts:  # those still running, cancelled, or never submitted
         if host.name not in handed and host.name not in results:
             results[host.name] = error_node(host, "system.reachable", "not finished: run interrupted",
                                             ErrorReason.INTERRUPTED)

@@ -83,4 +83,17 @@ then
   printf '%s\n' "$want" >"$stamp"
 fi
 exec 9<&-
-exec "$py" -m pytest "$@"
+# In parallel by default: the suite waits on subprocesses, sshd sessions, Slurm daemons and deliberate timeouts far
+# more than it computes, so more workers than cores pays (NVDEPLOY_TEST_WORKERS=0: one process). loadgroup: tests
+# marked xdist_group (the Slurm e2e tests share one Slurm cluster) stay on one worker. Arguments that choose
+# workers themselves (-n, --numprocesses, -p no:xdist) are left alone.
+parallel=(-n "${NVDEPLOY_TEST_WORKERS:-4}" --dist loadgroup)
+for arg in "$@"; do
+  case "$arg" in
+    -n|-n[0-9]*|--numprocesses|--numprocesses=*|no:xdist) parallel=() ;;
+  esac
+done
+if [ "${NVDEPLOY_TEST_WORKERS:-4}" = 0 ]; then
+  parallel=()
+fi
+exec "$py" -m pytest ${parallel[@]+"${parallel[@]}"} "$@"

@@ -44,18 +44,23 @@ GONE_WITHIN_S = 30  # seconds; measured 2-4 s, the bound is for a loaded 2-core 
 
 pytestmark = [pytest.mark.usefixtures("requires_sshd")]
 
-STUBBORN = """#!/bin/sh
+# The child is perl's (Debian's perl-base is essential), not python3's: a fake node's ``python3`` is the simulated
+# one, which runs only the NVML probe and exits at once, and the test's own interpreter may live where the node's
+# user cannot read (a virtualenv under /root).
+_GROUP_CHILD = "perl -e 'setpgrp(0, 0); sleep 100000' &"
+
+STUBBORN = f"""#!/bin/sh
 # nvdeploy test: a tool that ignores SIGTERM and leaves a child in a process group of its own.
 echo "$$" >>"$HOME/stubborn.calls"
 trap '' TERM
-python3 -c 'import os, time; os.setpgid(0, 0); time.sleep(100000)' &
+{_GROUP_CHILD}
 sleep 100000
 """
 
-LEAVES_CHILD = """#!/bin/sh
+LEAVES_CHILD = f"""#!/bin/sh
 # nvdeploy test: answers at once, but leaves a child running (in a group of its own) that holds stdout.
-python3 -c 'import os, time; os.setpgid(0, 0); time.sleep(100000)' &
-exec {real} "$@"
+{_GROUP_CHILD}
+exec {{real}} "$@"
 """
 
 
@@ -127,7 +132,7 @@ def _running_stubborn(node: FakeNode) -> set[str]:
                 cmdlines.append(Path(f"/proc/{pid}/cmdline").read_bytes())
             except OSError:
                 continue
-        return any(b"setpgid" in c for c in cmdlines) and any(b"sleep\x00100000" in c for c in cmdlines)
+        return any(b"setpgrp" in c for c in cmdlines) and any(b"sleep\x00100000" in c for c in cmdlines)
 
     _wait_for(ready, 60, f"the stubborn tool on {node.name}")
     dirs = _temp_dirs(node)
@@ -162,7 +167,7 @@ def test_command_timeout_leaves_nothing(cluster, tmp_path):
     _stubborn(node)
     result: dict = {}
     worker = threading.Thread(target=lambda: result.update(out=_in_process(
-        cluster, tmp_path, ["tmo"], EngineOptions(checks=QUICK_CHECKS), command_timeout=4)), daemon=True)
+        cluster, tmp_path, ["tmo"], EngineOptions(checks=QUICK_CHECKS), command_timeout=8)), daemon=True)
     worker.start()
     dirs = _running_stubborn(node)
     worker.join(90)
@@ -253,6 +258,9 @@ def test_silent_connection_leaves_nothing(cluster, tmp_path, monkeypatch):
     """sshd's session processes stopped (SIGSTOP): TCP stays up, nothing closes, no EOF ever reaches the batch, as
     in a network partition. The batch hears no heartbeat and ends itself."""
     monkeypatch.setattr(batch, "HEARTBEAT_LOST_S", 5)  # 60 s in production
+    # Heartbeats every second until the freeze (10 s in production, 60 s of loss): with none, a batch that takes
+    # over 5 s to reach the stubborn tool on a loaded machine would end itself before the freeze was even tried.
+    monkeypatch.setattr(batch, "HEARTBEAT_S", 1.0)
     node = cluster.node("silent")
     _stubborn(node)
     result: dict = {}

@@ -97,7 +97,7 @@ def test_run_sh_on_a_fresh_copy_runs_the_wheel_test_in_its_own_venv(tmp_path):
     source = _copy_checkout(tmp_path / "clone")
     env = _outside_env()
     env[NESTED] = "1"
-    proc = _run(["bash", "tests/run.sh", "tests/e2e/test_wheel_install.py", "-q", "-p", "no:cacheprovider",
+    proc = _run(["bash", "tests/run.sh", "tests/e2e/test_wheel_install.py", "-q", "-n", "0", "-p", "no:cacheprovider",
                  "-k", "installed_package"], 1100, cwd=source, env=env)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]

@@ -26,7 +26,18 @@ SCRIPTS = ROOT / "tests" / "slurm"
 # slurmstepd's unix socket paths must stay under ~107 characters) and ports 200 apart (slurmd use PORT+101..),
 # below Linux's ephemeral range (32768-60999), where an outgoing connection could hold a slurmd's port.
 DIR = Path(os.environ.get("NVDEPLOY_SLURM_TEST_DIR", f"/tmp/nvdsl-{os.getpid()}"))
-PORT = int(os.environ.get("NVDEPLOY_SLURM_TEST_PORT", str(20000 + (os.getpid() % 60) * 200)))
+
+
+def _port_slot() -> int:
+    """0-59: which 200-port block this process's cluster uses. xdist workers of one session share a parent and
+    differ by worker number (gw0, gw1, ...): never the same block while fewer than 60 run, whatever their pids."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and worker[2:].isdigit():
+        return (os.getppid() + int(worker[2:])) % 60
+    return os.getpid() % 60
+
+
+PORT = int(os.environ.get("NVDEPLOY_SLURM_TEST_PORT", str(20000 + _port_slot() * 200)))
 NODES = 4
 PROFILE = "h100-sxm-8x"
 

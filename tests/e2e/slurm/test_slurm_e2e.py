@@ -15,7 +15,11 @@ from pathlib import Path
 import pytest
 from slurm_harness import PROFILE, SlurmTestCluster, prepare
 
-pytestmark = [pytest.mark.timeout(300)]
+# The tests of one xdist group run on one worker, which starts its own Slurm cluster (slurm_harness.py: its own
+# folder and ports). Two groups, so the ~2.5 minutes of Slurm tests are not one worker's tail: the slowest three
+# (a hung task's limit, slurmctld stopped and restarted twice) form the second.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("slurm")]
+SECOND_CLUSTER = pytest.mark.xdist_group("slurm-2")
 THEIRS = 'ops: fan "FAN2" $(touch /tmp/nvd-pwned) ; `id` | x'
 
 
@@ -176,6 +180,7 @@ def test_via_slurm_node_down_in_slurm_is_error_with_slurms_state(slurm: SlurmTes
     assert all(data[n]["verdict"] == "PASS" for n in ("node1", "node2", "node3"))
 
 
+@SECOND_CLUSTER
 def test_via_slurm_hung_task_is_timeout_and_the_step_is_cancelled(slurm: SlurmTestCluster, tmp_path: Path) -> None:
     slurm.set_faults("node3", ("hang",))
     done = validate(slurm, inventory(tmp_path), tmp_path, "--via", "slurm", "--deadline", "25")
@@ -215,6 +220,7 @@ def _restart(slurm: SlurmTestCluster) -> None:
     prepare(slurm)
 
 
+@SECOND_CLUSTER
 def test_slurmctld_down_exit_2_with_slurms_message_before_any_node(slurm: SlurmTestCluster, tmp_path: Path) -> None:
     pid = int((slurm.dir / "slurmctld.pid").read_text())
     os.kill(pid, signal.SIGKILL)
@@ -227,6 +233,7 @@ def test_slurmctld_down_exit_2_with_slurms_message_before_any_node(slurm: SlurmT
         _restart(slurm)
 
 
+@SECOND_CLUSTER
 def test_slurmctld_down_after_validation_is_error_and_exit_3(slurm: SlurmTestCluster, tmp_path: Path) -> None:
     hosts = "      hosts:\n        node1: {sim_faults: [hang]}\n        node2: {sim_faults: [gpu_missing]}\n"
     path = inventory(tmp_path, vars_="connection: sim, command_timeout: 8", extra=hosts)

@@ -105,7 +105,7 @@ def _insert(conn: sqlite3.Connection, run: RunResult, run_dir: str) -> None:
          counts["PASS"], counts["SKIP"], int(run.interrupted), json.dumps(dict(run.profiles), sort_keys=True),
          run.nvdeploy_version, run.user, run_dir, _now()))
     # One pass over the nodes (a spooled run reads each back from disk once), rows handed to sqlite as they are
-    # made: a 10,000-node run's ~300,000 finding rows are never a list in memory.
+    # made in batches: a 10,000-node run's ~300,000 finding rows are never one list in memory.
     finding_rows: list[tuple[Any, ...]] = []
     node_insert = "INSERT INTO nodes VALUES (?,?,?,?,?,?,?)"
     finding_insert = "INSERT INTO findings VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"

@@ -90,7 +90,7 @@ exec 9<&-
 parallel=(-n "${NVDEPLOY_TEST_WORKERS:-4}" --dist loadgroup)
 for arg in "$@"; do
   case "$arg" in
-    -n|-n[0-9]*|--numprocesses|--numprocesses=*|no:xdist) parallel=() ;;
+    -n*|--numprocesses|--numprocesses=*|no:xdist) parallel=() ;;
   esac
 done
 if [ "${NVDEPLOY_TEST_WORKERS:-4}" = 0 ]; then

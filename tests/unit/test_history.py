@@ -136,3 +136,20 @@ def test_validate_runs_can_be_recorded_and_listed(tmp_path):
     record_run(default_db_path(tmp_path), load_run(run_dir), run_dir)
     assert [r["nodes"] for r in list_runs(default_db_path(tmp_path))] == [2]
     assert check_record(default_db_path(tmp_path), "memory.ecc_errors")[0]["nodes"]["FAIL"] == ["gpu011"]
+
+
+def test_every_finding_is_recorded_across_the_insert_batches(tmp_path, monkeypatch):
+    """Finding rows go to sqlite in batches (a 10,000-node run's are never one list): none is lost or doubled at
+    a batch's edge, and the cluster findings come last."""
+    import nvdeploy.history as history
+
+    monkeypatch.setattr(history, "_BATCH_ROWS", 3)  # 2 findings per node: batches end mid-way and on a node's edge
+    run = RUNS[2]
+    run = RunResult(run.run_id, run.cluster, run.phase, run.nodes, started_at=run.started_at,
+                    cluster_findings=(Finding("fabric.consistency", Verdict.WARN, "two versions"),))
+    db = default_db_path(tmp_path)
+    record_run(db, run, tmp_path)
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT node, check_id, verdict FROM findings ORDER BY rowid").fetchall()
+    expected = [(n.name, f.check, f.verdict.value) for n in run.nodes for f in n.findings]
+    assert rows == expected + [("", "fabric.consistency", "WARN")]

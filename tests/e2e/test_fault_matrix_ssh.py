@@ -125,11 +125,15 @@ def test_connection_faults_each_give_their_error_and_spare_the_others(ssh_cluste
                       f"{other_key.with_suffix('.pub').read_text().split()[1]}\n")
     empty = tmp_path / "empty_known_hosts"
     empty.write_text("")
+    # The dead addresses get the 3 s of --connect-timeout; the live sshd nodes their own 30 s, so a key exchange
+    # slowed by a loaded machine (CI: parallel test workers) is not read as a timeout. Seen: 'good' ERROR after 3 s.
+    live = {"connect_timeout": 30}
     with black_hole() as (hole, hole_port), silent_listener() as (silent, silent_port):
         inventory = write_inventory(
             cluster, tmp_path,
-            extra_host_vars={"authfail": {"ssh_key": str(other_key)}, "keychanged": {"ssh_known_hosts": str(forged)},
-                             "unknownkey": {"ssh_known_hosts": str(empty)}},
+            extra_host_vars={"good": live, "authfail": {**live, "ssh_key": str(other_key)},
+                             "keychanged": {**live, "ssh_known_hosts": str(forged)},
+                             "unknownkey": {**live, "ssh_known_hosts": str(empty)}},
             extra_hosts=[("refused", {"address": "127.0.9.5", "ssh_port": free_port()}),
                          ("blackhole", {"address": hole, "ssh_port": hole_port}),
                          ("nobanner", {"address": silent, "ssh_port": silent_port})])

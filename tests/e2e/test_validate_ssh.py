@@ -83,7 +83,7 @@ def test_unreachable_node_is_error_and_others_unaffected(ssh_cluster_factory, tm
     text += f"    dead:\n      address: \"127.0.0.1\"\n      ssh_port: {closed}\n"
     path = tmp_path / "inv.yaml"
     path.write_text(text)
-    outcome = run_validate(load_inventory(path, CATALOG), CATALOG, EngineOptions(connect_timeout_s=3),
+    outcome = run_validate(load_inventory(path, CATALOG), CATALOG, EngineOptions(connect_timeout_s=30),
                            tmp_path / "r")
     nodes = by_name(outcome)
     assert nodes["gpu01"].verdict is Verdict.PASS

@@ -156,7 +156,9 @@ def test_connection_faults_each_give_their_error_and_spare_the_others(ssh_cluste
     assert empty.read_text() == ""  # an unknown key is not learnt without --accept-new-host-keys
     took = {name: nodes[name]["duration_s"] for name in expected}
     # At the connect timeout, not minutes later (loose upper bounds: the machine may be shared).
-    assert took["refused"] < 3
+    # "refused" in its summary (asserted above) already says it did not wait for a timeout; its time has the
+    # same loose bound (CI under 4 workers: 3.58 s for a refused connect, all of it waiting for a core).
+    assert took["refused"] < 10
     assert 2.5 <= took["blackhole"] <= 10
     assert 2.5 <= took["nobanner"] <= 10
     assert run.wall_s < 60

@@ -66,26 +66,41 @@ def _describe(finding: Finding) -> str:
     return line
 
 
-def _case(suite: ET.Element, classname: str, name: str, findings: list[Finding]) -> dict[str, int]:
-    case = ET.SubElement(suite, "testcase", name=_clean(name), classname=classname, time="0")
+def _attr(value: str) -> str:
+    # ElementTree's attribute escaping (the writer this replaced, and what a reader expects of it).
+    return (value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+            .replace("\r", "&#13;").replace("\n", "&#10;").replace("\t", "&#09;"))
+
+
+def _text(value: str) -> str:
+    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _case(parts: list[str], classname: str, name: str, findings: list[Finding]) -> dict[str, int]:
+    """Appends one ``<testcase>`` at the suite's indent, as ``ET.indent(space=" ", level=1)`` lays it out.
+
+    Written as text, not built as elements and serialised: at fleet scale ElementTree's tree and writer were half
+    the time of every report together (80 MB of JUnit for 10,000 nodes)."""
     worst = Verdict.worst(f.verdict for f in findings)
     ordered = sorted(findings, key=lambda f: -f.verdict.severity)
-    text = _clean("\n".join(_describe(f) for f in ordered))
+    text = _text(_clean("\n".join(_describe(f) for f in ordered)))
     first = ordered[0]
-    message = _clean(first.summary)[:MESSAGE_LIMIT]
+    message = _attr(_clean(first.summary)[:MESSAGE_LIMIT])
     counts = {"failures": 0, "errors": 0, "skipped": 0}
     if worst is Verdict.FAIL:
-        ET.SubElement(case, "failure", message=message, type=first.remediation.value).text = text
+        tag, attrs = "failure", f' message="{message}" type="{_attr(first.remediation.value)}"'
         counts["failures"] = 1
     elif worst is Verdict.ERROR:
-        ET.SubElement(case, "error", message=message,
-                      type=first.reason.value if first.reason else "error").text = text
+        tag, attrs = "error", f' message="{message}" type="{_attr(first.reason.value if first.reason else "error")}"'
         counts["errors"] = 1
     elif worst is Verdict.SKIP:
-        ET.SubElement(case, "skipped", message=message)
+        tag, attrs, text = "skipped", f' message="{message}"', ""
         counts["skipped"] = 1
     else:
-        ET.SubElement(case, "system-out").text = text
+        tag, attrs = "system-out", ""
+    child = f"<{tag}{attrs}>{text}</{tag}>" if text else f"<{tag}{attrs} />"
+    parts.append(f'\n  <testcase name="{_attr(_clean(name))}" classname="{classname}" time="0">\n   {child}'
+                 "\n  </testcase>")
     return counts
 
 
@@ -104,23 +119,27 @@ def _by_check(findings: tuple[Finding, ...]) -> dict[str, list[Finding]]:
 
 
 def _suite(run: RunResult, timestamp: Optional[str], suite_name: str, hostname: str, duration: float,
-           findings: tuple[Finding, ...]) -> tuple[ET.Element, dict[str, int]]:
-    suite = ET.Element("testsuite", name=_clean(f"{run.cluster}.{suite_name}"))
+           findings: tuple[Finding, ...]) -> tuple[str, dict[str, int]]:
+    """One ``<testsuite>`` (a node, or the cluster) as the text ElementTree wrote for it."""
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    classname = f"{_classname_part(run.cluster)}.{_classname_part(suite_name)}"
+    classname = _attr(f"{_classname_part(run.cluster)}.{_classname_part(suite_name)}")
+    cases: list[str] = []
     for check, grouped in _by_check(findings).items():
-        counts = _case(suite, classname, check, grouped)
+        counts = _case(cases, classname, check, grouped)
         totals["tests"] += 1
         for key, value in counts.items():
             totals[key] += value
-    for key, value in totals.items():
-        suite.set(key, str(value))
-    suite.set("time", f"{duration:.3f}")
+    attrs = [f'name="{_attr(_clean(f"{run.cluster}.{suite_name}"))}"']
+    attrs += [f'{key}="{value}"' for key, value in totals.items()]
+    attrs.append(f'time="{duration:.3f}"')
     if timestamp:
-        suite.set("timestamp", timestamp)
+        attrs.append(f'timestamp="{_attr(timestamp)}"')
     if hostname:
-        suite.set("hostname", _clean(hostname))
-    return suite, totals
+        attrs.append(f'hostname="{_attr(_clean(hostname))}"')
+    head = "<testsuite " + " ".join(attrs)
+    if not cases:
+        return head + " />", totals
+    return head + ">" + "".join(cases) + "\n </testsuite>", totals
 
 
 def _grand_totals(run: RunResult) -> dict[str, int]:
@@ -153,8 +172,7 @@ def write_junit(run: RunResult, out: IO[bytes]) -> None:
     out.write(head[: head.rindex("</testsuites>")].encode("utf-8"))
     for suite_name, hostname, duration, findings in _suites(run):
         suite, _totals = _suite(run, timestamp, suite_name, hostname, duration, findings)
-        ET.indent(suite, space=" ", level=1)
-        out.write(b"\n " + ET.tostring(suite, encoding="utf-8"))
+        out.write(("\n " + suite).encode("utf-8"))
     out.write(b"\n</testsuites>\n")
 
 

@@ -6,7 +6,6 @@ import re
 
 from nvdeploy.checks.gating import first_line, raw_gate, section
 from nvdeploy.checks.registry import NodeContext, register
-from nvdeploy.parsers.nvlink import _GPU_RE, _LINK_RE, _link
 from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
 
 NVLINK = "nvidia_smi_nvlink"
@@ -23,19 +22,6 @@ def _smi_rc_gate(ctx: NodeContext, check_id: str, collector: str, what: str) -> 
     return [ctx.finding(check_id, Verdict.ERROR,
                         f"not evaluated: {what} exited {result.rc}: {first_line(ctx, collector) or 'no output'}",
                         reason=reason, collector=collector)]
-
-
-def _unknown_links(text: str) -> dict[int, list[tuple[int, str]]]:
-    """{GPU index: [(link, value)]} for links whose state nvidia-smi printed as neither a speed nor inactive
-    (``Unknown Error``, ``GPU is lost``...): unknown, so not "down" either."""
-    out: dict[int, list[tuple[int, str]]] = {}
-    gpu = -1
-    for line in text.splitlines():
-        if match := _GPU_RE.match(line):
-            gpu = int(match.group(1))
-        elif (match := _LINK_RE.match(line)) and not _link(match.group(1), match.group(2))[1]:
-            out.setdefault(gpu, []).append((int(match.group(1)), match.group(2)[:60]))
-    return out
 
 
 @register("nvlink.links", collectors=(NVLINK,))
@@ -67,9 +53,8 @@ def nvlink_links(ctx: NodeContext) -> list[Finding]:
                             reason=ErrorReason.NOT_RUN, remediation=Remediation.TUNE, collector=NVLINK)]
     want = f"{links} x {speed:g} GB/s"
     findings = []
-    unknown = _unknown_links(ctx.results[NVLINK].text)
     for gpu in facts.gpus:
-        unread = unknown.get(gpu.index, [])
+        unread = gpu.unknown
         if unread:
             findings.append(ctx.finding(
                 "nvlink.links", Verdict.ERROR,

@@ -21,6 +21,7 @@ NO_RACK = "(no rack)"
 _READINGS = re.compile(r"<(gpu_power_readings|power_readings)>(.*?)</\1>", re.S)
 # Drivers up to 565 print <power_draw>; 570+ (DTD v13) print <instant_power_draw> and <average_power_draw> instead.
 _DRAW_TAGS = ("power_draw", "instant_power_draw", "average_power_draw")
+_DRAW_RES = tuple(re.compile(rf"<{tag}>\s*([0-9.]+)\s*W\s*</{tag}>") for tag in _DRAW_TAGS)
 
 CLUSTER_CHECKS[BUDGET_CHECK] = (
     "Rolls up the power.node findings by the host var ``rack``: FAIL (TUNE) when a rack's summed GPU power "
@@ -41,8 +42,8 @@ def idle_draw_w(xml_text: str) -> list[float]:
     left out, so the caller can tell the sum is incomplete."""
     draws = []
     for _, body in _READINGS.findall(xml_text):
-        for tag in _DRAW_TAGS:
-            match = re.search(rf"<{tag}>\s*([0-9.]+)\s*W\s*</{tag}>", body)
+        for draw_re in _DRAW_RES:
+            match = draw_re.search(body)
             if match:
                 draws.append(float(match.group(1)))
                 break

@@ -36,17 +36,20 @@ class NvlinkLink:
 @dataclass(frozen=True)
 class NvlinkGpu:
     """One ``GPU N: name (UUID: ...)`` block. ``index`` is -1 for link lines that came before any GPU line.
-    ``message`` is the status line printed instead of links (no NVLink, MIG mode, all links inactive)."""
+    ``message`` is the status line printed instead of links (no NVLink, MIG mode, all links inactive). ``unknown``
+    holds (link, value) for each link whose value reads neither as a speed nor as inactive (``Unknown Error``)."""
 
     index: int
     name: str | None = None
     uuid: str | None = None
     links: tuple[NvlinkLink, ...] = ()
     message: str | None = None
+    unknown: tuple[tuple[int, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "name": self.name, "uuid": self.uuid,
-                "links": [link.to_dict() for link in self.links], "message": self.message}
+                "links": [link.to_dict() for link in self.links], "message": self.message,
+                "unknown": [list(pair) for pair in self.unknown]}
 
 
 @dataclass(frozen=True)
@@ -97,9 +100,11 @@ class _Block:
         self.index, self.name, self.uuid = index, name, uuid
         self.links: list[NvlinkLink] = []
         self.messages: list[str] = []
+        self.unknown: list[tuple[int, str]] = []
 
     def freeze(self) -> NvlinkGpu:
-        return NvlinkGpu(self.index, self.name, self.uuid, tuple(self.links), "; ".join(self.messages) or None)
+        return NvlinkGpu(self.index, self.name, self.uuid, tuple(self.links), "; ".join(self.messages) or None,
+                         tuple(self.unknown))
 
 
 def parse_nvlink(text: str) -> NvlinkFacts:
@@ -124,8 +129,10 @@ def parse_nvlink(text: str) -> NvlinkFacts:
                 blocks.append(_Block(-1, None, None))
             parsed, understood = _link(link.group(1), link.group(2))
             blocks[-1].links.append(parsed)
-            if not understood and len(warnings) < _MAX_WARNINGS:
-                warnings.append(f"link value not understood: {line[:200]!r}")
+            if not understood:
+                blocks[-1].unknown.append((parsed.link, link.group(2)[:60]))
+                if len(warnings) < _MAX_WARNINGS:
+                    warnings.append(f"link value not understood: {line[:200]!r}")
             continue
         if blocks and (_NO_NVLINK_RE.search(line) or not blocks[-1].links):
             blocks[-1].messages.append(line[:300])

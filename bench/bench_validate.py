@@ -86,8 +86,29 @@ with open(report, "w") as handle:
 """
 
 
+def group_rss_kib(group: int) -> int:
+    """The summed RSS (KiB) of every process in process group ``group`` now."""
+    page_kib = os.sysconf("SC_PAGE_SIZE") // 1024
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_bytes()
+            if int(stat[stat.rfind(b")") + 2:].split()[2]) != group:
+                continue
+            total += int(Path(f"/proc/{entry}/statm").read_bytes().split()[1]) * page_kib
+        except (OSError, ValueError, IndexError):  # gone between the listing and the read
+            continue
+    return total
+
+
 def run_child(argv: list[str], timeout_s: float) -> dict[str, Any]:
-    """Run ``argv`` in its own process group; rc, wall, peak RSS (KiB) and CPU of that command alone."""
+    """Run ``argv`` in its own process group; rc, wall, peak RSS (KiB) and CPU of that command alone.
+
+    ``maxrss_kib`` is the high-water mark of its largest process (Linux: the most of its own and its reaped
+    children's); ``group_rss_kib`` the highest sum, sampled every 0.1 s, over the command and the processes it
+    started (a fleet run's evaluation workers, nvdeploy/evaluate.py)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO), env.get("PYTHONPATH"))))
     with tempfile.TemporaryFile() as log, tempfile.NamedTemporaryFile(suffix=".json") as usage_file:
@@ -106,10 +127,21 @@ def run_child(argv: list[str], timeout_s: float) -> dict[str, Any]:
 
         timer = threading.Timer(timeout_s, kill)
         timer.start()
+        peak = [0]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(0.1):
+                peak[0] = max(peak[0], group_rss_kib(proc.pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
         try:
             proc.wait()
         finally:
             timer.cancel()
+            done.set()
+            sampler.join()
         wall = time.perf_counter() - started
         log.seek(0)
         tail = log.read()[-3000:].decode(errors="replace")
@@ -117,7 +149,8 @@ def run_child(argv: list[str], timeout_s: float) -> dict[str, Any]:
             usage = json.loads(Path(usage_file.name).read_text())
         except (OSError, ValueError):
             usage = {"rc": proc.returncode, "maxrss_kib": 0, "cpu": 0.0}
-    return {**usage, "wall": wall, "timed_out": killed.is_set(), "tail": tail}
+    return {**usage, "group_rss_kib": max(peak[0], usage["maxrss_kib"]), "wall": wall, "timed_out": killed.is_set(),
+            "tail": tail}
 
 
 def not_measured(nodes: list[dict[str, Any]], expect: str = "PASS") -> Optional[str]:
@@ -166,6 +199,8 @@ def bench_sim(sizes: list[int], tmp: Path, timeout_s: float) -> dict[int, dict[s
           "fresh process per run")
     print(f"  run folders in {tmp} (--out-dir): {create_cost_ms(tmp):.2f} ms of system CPU per file created there; "
           "a run creates ~13 evidence files per node")
+    print("  peak RSS: of its largest process (ru_maxrss) / of all its processes, the evaluation workers too (summed, "
+          "sampled every 0.1 s)")
     print(f"  {'nodes':>6} {'wall s':>7} {'nodes/s':>8} {'peak RSS MiB':>12} {'CPU s':>6}  {'load 1/5/15 min':<16} "
           "result")
     measured: dict[int, dict[str, Any]] = {}
@@ -191,7 +226,8 @@ def bench_sim(sizes: list[int], tmp: Path, timeout_s: float) -> dict[int, dict[s
             print(f"  {n:>6} {'-':>7} {'-':>8} {'-':>12} {'-':>6}  {before:<16} {problem}")
         else:
             measured[n] = res
-            print(f"  {n:>6} {res['wall']:>7.1f} {n / res['wall']:>8.0f} {res['maxrss_kib'] / 1024:>12.0f} "
+            rss = f"{res['maxrss_kib'] / 1024:.0f} / {res['group_rss_kib'] / 1024:.0f}"
+            print(f"  {n:>6} {res['wall']:>7.1f} {n / res['wall']:>8.0f} {rss:>12} "
                   f"{res['cpu']:>6.1f}  {before:<16} {n} nodes PASS, exit {res['rc']}")
         subprocess.run(["rm", "-rf", str(out)], check=False)
     return measured
@@ -411,9 +447,10 @@ def main() -> int:
         print(f"  10,000 simulated nodes: {wall:.1f} s (goal < {GOALS['sim10000_s']:.0f} s): "
               f"{verdict(wall < GOALS['sim10000_s'])}")
         if 1000 in sim:
-            ratio = sim[10000]["maxrss_kib"] / sim[1000]["maxrss_kib"]
-            print(f"  peak RSS 10,000 / 1,000: {ratio:.2f}x (goal < {GOALS['rss_ratio']}x): "
-                  f"{verdict(ratio < GOALS['rss_ratio'])}")
+            ratio = sim[10000]["group_rss_kib"] / sim[1000]["group_rss_kib"]
+            own = sim[10000]["maxrss_kib"] / sim[1000]["maxrss_kib"]
+            print(f"  peak RSS 10,000 / 1,000, with the evaluation workers: {ratio:.2f}x (the largest process alone: "
+                  f"{own:.2f}x; goal < {GOALS['rss_ratio']}x): {verdict(ratio < GOALS['rss_ratio'])}")
     if ssh is not None:
         r = ssh["ratios"]
         print(f"  SSH {ssh['n']} nodes vs fabric: wall {r['wall']:.2f}x {verdict(r['wall'] <= GOALS['wall_ratio'])}, "

@@ -173,6 +173,9 @@ def _install_sigterm() -> None:
 @click.option("--no-history", is_flag=True, help="Do not record the run in <out>/history.sqlite.")
 @click.option("--allow-busy", is_flag=True, help="Run the heavy tests (standard/full) even on nodes where GPU compute "
               "processes run; without it those tests are ERROR busy there, naming the processes.")
+@click.option("--eval-processes", type=click.IntRange(0, 64), default=None, metavar="N",
+              help="Worker processes that parse and evaluate the nodes' outputs; 0: in the node threads. Default: "
+              "one per core (at most 8) from 200 nodes up, none below.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the verdict and the report path.")
 @click.option("--progress", "progress_s", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="Print a plain progress line to stderr every SECONDS (logs, pipes); 0: none. Default: one live "
@@ -182,7 +185,8 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
              deadline: Optional[float], out_base: Path, fail_on_warn: bool, level: str, connect_timeout: float,
              accept_new_host_keys: bool, ask_sudo_pass: bool, baseline: Optional[Path],
              prometheus_file: Optional[Path], nccl_pattern: str, no_history: bool, quiet: bool,
-             progress_s: Optional[float] = None, allow_busy: bool = False, slurm: Any = None) -> None:
+             progress_s: Optional[float] = None, allow_busy: bool = False, slurm: Any = None,
+             eval_processes: Optional[int] = None) -> None:
     """Validate every node of INVENTORY and write results.json, report.html and junit.xml.
 
     Exit 0 READY, 1 NOT_READY, 2 bad input, 3 INCOMPLETE (some node could not be checked), 130 interrupted.
@@ -206,7 +210,7 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
         password = click.prompt("sudo password", hide_input=True, err=True)
     options = EngineOptions(forks=forks, deadline_s=deadline, connect_timeout_s=connect_timeout,
                             accept_new_host_keys=accept_new_host_keys, sudo_password=password, checks=checks,
-                            multinode_pattern=nccl_pattern, allow_busy=allow_busy,
+                            multinode_pattern=nccl_pattern, allow_busy=allow_busy, eval_processes=eval_processes,
                             progress=progress_for(sys.stderr, quiet, progress_s))
     _install_sigterm()
     if not quiet:

@@ -15,20 +15,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from nvdeploy.checks import CHECKS, NodeContext
+from nvdeploy.checks import CHECKS
 from nvdeploy.checks.heavy_gate import (
     DEADLINE_SKIP,
     GUARD_COLLECTORS,
     INTERRUPTED_SKIP,
     HeavySkip,
     batch_refused,
-    compute_processes,
     heavy_skip,
-    skip_for,
 )
 from nvdeploy.collect import light_specs, specs_for
+from nvdeploy.evaluate import EvaluationJob, Evaluator, InlineEvaluator
 from nvdeploy.inventory import Host
-from nvdeploy.parse_facts import node_facts, summary_facts
+from nvdeploy.parse_facts import node_facts
 from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.progress import RunProgress
 from nvdeploy.record import OutputError, RunRecorder
@@ -54,6 +53,9 @@ class EngineOptions:
     multinode_pattern: str = "bisect"
     # Run heavy collectors on nodes where GPU compute processes run (the busy guard, checks/heavy_gate.py).
     allow_busy: bool = False
+    # Worker processes that parse and evaluate the nodes' outputs (nvdeploy/evaluate.py); None: chosen from the
+    # run's size and the controller's cores, 0: in the node threads.
+    eval_processes: Optional[int] = None
     # One sudo gate per run (transport/sudo_gate.py), shared by every transport made from these options: the
     # password is tried on one node first, and never again anywhere once a node rejected it.
     sudo_gate: Optional[SudoGate] = field(default=None, compare=False)
@@ -127,8 +129,9 @@ class NodeRunner:
     """Runs one node's pipeline; keeps its transport reachable so an interrupt can abort it."""
 
     def __init__(self, catalog: ProfileCatalog, options: EngineOptions, recorder: RunRecorder,
-                 deadline_at: Optional[float]) -> None:
+                 deadline_at: Optional[float], evaluator: Optional[Evaluator] = None) -> None:
         self.catalog = catalog
+        self.evaluator: Evaluator = evaluator or InlineEvaluator()
         self.options = options
         self.recorder = recorder
         self.deadline_at = deadline_at
@@ -251,30 +254,11 @@ class NodeRunner:
             with self._lock:
                 self._active.pop(host.name, None)
         evidence = self.recorder.write_evidence(host.name, results)
-        by_name = {r.name: r for r in results}
-        facts = node_facts(by_name)
-        ctx = NodeContext(host.name, host.vars, profile, by_name, facts, {e.collector: e.path for e in evidence})
-        findings = [reach]
-        for check_id in self.node_checks:
-            check = CHECKS[check_id]
-            skip = skip_for(check.collectors, skipped)
-            if skip is not None:
-                findings.append(Finding(check_id, Verdict.ERROR, skip.summary, node=host.name, reason=skip.reason,
-                                        profile=profile.stamp))
-                continue
-            try:
-                findings.extend(check(ctx))
-            except Exception as exc:  # noqa: BLE001 - a check bug is ERROR on that check, not a crash
-                findings.append(Finding(check_id, Verdict.ERROR, f"check crashed: {type(exc).__name__}: {exc}",
-                                        node=host.name, reason=ErrorReason.UNPARSEABLE,
-                                        remediation=Remediation.INVESTIGATE, profile=profile.stamp))
-        summary = summary_facts(facts)
-        processes = compute_processes(by_name)
-        if processes is not None:
-            summary["compute_processes"] = processes  # what the busy guard saw, in results.json
-        return NodeResult(host.name, tuple(findings), address=host.address, profile=profile.stamp,
+        outcome = self.evaluator(EvaluationJob(host.name, host.vars, profile, tuple(results),
+                                               {e.collector: e.path for e in evidence}, self.node_checks, skipped))
+        return NodeResult(host.name, (reach, *outcome.findings), address=host.address, profile=profile.stamp,
                           connection=host.connection, duration_s=time.monotonic() - started,
-                          evidence=tuple(evidence), facts=summary)
+                          evidence=tuple(evidence), facts=outcome.facts)
 
 
 def _capped(specs: Sequence[CommandSpec], remaining: Optional[float]) -> list[CommandSpec]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import getpass
 import secrets
+import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -15,6 +16,7 @@ from nvdeploy.checks.cluster import VERSION_CONSISTENCY, evaluate_cluster
 from nvdeploy.checks.power import NODE_CHECK as POWER_NODE_CHECK
 from nvdeploy.checks.registry import CLUSTER_CHECKS
 from nvdeploy.engine import EngineOptions, NodeRunner, run_hosts
+from nvdeploy.evaluate import auto_processes, make_evaluator
 from nvdeploy.inventory import Host, Inventory
 from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.record import NodeSpool, RunRecorder, read_journal, safe_name
@@ -118,7 +120,9 @@ def _execute(header: dict, todo: list[Host], kept: list[NodeResult], recorder: R
 
     started = time.monotonic()
     deadline_at = started + options.deadline_s if options.deadline_s else None
-    runner = NodeRunner(catalog, options, recorder, deadline_at)
+    processes = auto_processes(len(todo)) if options.eval_processes is None else options.eval_processes
+    evaluator = make_evaluator(processes)
+    runner = NodeRunner(catalog, options, recorder, deadline_at, evaluator)
     # Each finished node goes to the journal and the spool, and is dropped: memory does not grow with the fleet.
     spool = NodeSpool(recorder.run_dir, brief_of)
     for node in kept:
@@ -135,7 +139,14 @@ def _execute(header: dict, todo: list[Host], kept: list[NodeResult], recorder: R
     if options.progress is not None:
         options.progress.begin(len(todo))
     try:
-        unfinished, interrupt = run_hosts(todo, runner, options.forks, on_result, keep=False)
+        try:
+            unfinished, interrupt = run_hosts(todo, runner, options.forks, on_result, keep=False)
+        finally:
+            evaluator.close()
+            broken = getattr(evaluator, "broken", None)
+            if broken:  # every verdict stands (those nodes were evaluated here instead): said, not hidden
+                print(f"nvdeploy: the evaluation worker processes failed ({broken}); the nodes after that were "
+                      "evaluated in the run's own process", file=sys.stderr)
         for node in unfinished.values():  # never started (interrupt): not journaled, so --resume runs them
             spool.add(node)
         if interrupt is None:

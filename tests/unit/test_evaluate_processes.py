@@ -1,0 +1,135 @@
+"""Evaluation in worker processes (issue 10: a fleet run's parse and checks on the controller's other cores).
+
+The same verdicts as in the node threads, a broken pool that costs no node its verdict, workers that Ctrl-C does
+not kill and that do not outlive a run killed outright."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from nvdeploy.engine import EngineOptions
+from nvdeploy.evaluate import (
+    PROCESS_MIN_NODES,
+    EvaluationJob,
+    InlineEvaluator,
+    ProcessEvaluator,
+    auto_processes,
+    evaluate,
+)
+from nvdeploy.inventory import load_inventory
+from nvdeploy.levels import load_levels
+from nvdeploy.phases.validate import run_validate
+from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.results import CommandResult, NodeResult
+
+CATALOG = ProfileCatalog()
+DEMO = Path(__file__).resolve().parents[2] / "inventories" / "demo.yaml"
+
+
+def _verdicts(nodes: list[NodeResult]) -> dict[str, list[tuple]]:
+    # system.reachable's summary carries the connect time; every other field of every finding must be equal.
+    return {node.name: sorted((f.check, f.verdict.value, f.gpu, f.reason, f.remediation.value, f.evidence,
+                               *((f.summary, repr(f.observed)) if f.check != "system.reachable" else ()),
+                               repr(f.expected))
+                              for f in node.findings) for node in nodes}
+
+
+def _run(tmp_path: Path, processes: int, level: str = "standard") -> list[NodeResult]:
+    options = EngineOptions(checks=load_levels()[level], eval_processes=processes)
+    outcome = run_validate(load_inventory(DEMO, CATALOG), CATALOG, options, tmp_path / f"out-{processes}")
+    return list(outcome.run.nodes)
+
+
+def test_worker_processes_give_every_node_the_verdicts_of_the_node_threads(tmp_path):
+    inline, pooled = _run(tmp_path, 0), _run(tmp_path, 2)
+    assert _verdicts(pooled) == _verdicts(inline)
+    assert {n.name: dict(n.facts) for n in pooled} == {n.name: dict(n.facts) for n in inline}
+    assert {n.name: n.verdict.value for n in pooled}["gpu003"] == "FAIL"  # the demo's faults are seen, not lost
+
+
+def _job(name: str = "gpu001") -> EvaluationJob:
+    profile = CATALOG.get("h100-sxm-8x")
+    results = (CommandResult("nvidia_smi_xml", "nvidia-smi -q -x", 0, b"<not xml"),)
+    return EvaluationJob(name, {}, profile, results, {}, ("gpu.count", "driver.loaded"))
+
+
+def test_a_worker_killed_under_the_run_costs_no_verdict(tmp_path):
+    evaluator = ProcessEvaluator(1)
+    try:
+        expected = evaluate(_job())
+        assert evaluator(_job()) == expected
+        for process in list(evaluator._pool._processes.values()):  # type: ignore[union-attr]
+            os.kill(process.pid, signal.SIGKILL)
+            process.join(10)
+        assert evaluator(_job()) == expected  # the broken pool's job, evaluated here instead
+        assert evaluator.broken
+        assert evaluator(_job("gpu002")) == evaluate(_job("gpu002"))
+    finally:
+        evaluator.close()
+    assert evaluator(_job()) == expected  # after close() too (a node still finishing when the run ends)
+
+
+def test_ctrl_c_to_the_process_group_does_not_kill_the_workers():
+    evaluator = ProcessEvaluator(1)
+    try:
+        evaluator(_job())
+        (process,) = evaluator._pool._processes.values()  # type: ignore[union-attr]
+        os.kill(process.pid, signal.SIGINT)
+        time.sleep(0.5)
+        assert process.is_alive()
+        assert evaluator(_job()) == evaluate(_job()) and evaluator.broken is None
+    finally:
+        evaluator.close()
+
+
+def test_workers_leave_when_their_run_is_killed_outright(tmp_path):
+    script = textwrap.dedent("""
+        import sys
+        from nvdeploy.evaluate import ProcessEvaluator
+        evaluator = ProcessEvaluator(2)
+        import time
+        for future in [evaluator._pool.submit(time.sleep, 0.5) for _ in range(2)]:  # both workers started
+            future.result()
+        print(" ".join(str(p) for p in evaluator._pool._processes), flush=True)
+        sys.stdin.read()
+    """)
+    run = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in run.stdout.readline().split()]  # type: ignore[union-attr]
+        assert len(pids) == 2
+        run.kill()
+        run.wait(10)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+            time.sleep(0.1)
+        assert not [pid for pid in pids if _alive(pid)]
+    finally:
+        run.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] != "Z"  # a zombie has left; only its reaping is owed (by init)
+
+
+@pytest.mark.parametrize(("nodes", "cores", "expected"), [
+    (PROCESS_MIN_NODES - 1, 16, 0), (PROCESS_MIN_NODES, 1, 0), (PROCESS_MIN_NODES, 2, 2), (10_000, 4, 4),
+    (10_000, 64, 8),
+])
+def test_small_runs_and_one_core_controllers_keep_the_node_threads(nodes, cores, expected):
+    assert auto_processes(nodes, cores) == expected
+
+
+def test_the_inline_evaluator_is_evaluate():
+    assert InlineEvaluator()(_job()) == evaluate(_job())

@@ -5,6 +5,7 @@ not kill and that do not outlive a run killed outright."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -133,3 +134,56 @@ def test_small_runs_and_one_core_controllers_keep_the_node_threads(nodes, cores,
 
 def test_the_inline_evaluator_is_evaluate():
     assert InlineEvaluator()(_job()) == evaluate(_job())
+
+
+def _group_members(group: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2:].split()
+            if int(fields[2]) == group and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+def test_ctrl_c_of_a_run_with_workers_keeps_every_finished_node_and_leaves_no_process(tmp_path):
+    """Ctrl-C reaches the whole process group, workers included, as a terminal sends it."""
+    inventory = tmp_path / "fleet.yaml"
+    inventory.write_text("all:\n  vars: {cluster: fleet, connection: sim, profile: h100-sxm-8x, "
+                         "driver_version: '550.90.07'}\n  hosts:\n    n[001-400]: {}\n")
+    out = tmp_path / "out"
+    run = subprocess.Popen([sys.executable, "-m", "nvdeploy", "validate", "-i", str(inventory), "--out", str(out),
+                            "-q", "--no-history", "--forks", "8", "--eval-processes", "2"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        journal: list[Path] = []
+        while time.monotonic() < deadline and run.poll() is None:
+            journal = list(out.glob("*/*/results.jsonl"))
+            if journal and journal[0].read_bytes().count(b"\n") > 30:
+                break
+            time.sleep(0.05)
+        assert run.poll() is None, "the run ended before it could be interrupted"
+        os.killpg(run.pid, signal.SIGINT)
+        _, err = run.communicate(timeout=60)
+        assert run.returncode == 130, err.decode(errors="replace")[-2000:]
+        assert b"evaluation worker processes failed" not in err  # Ctrl-C broke no worker
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _group_members(run.pid):
+            time.sleep(0.1)
+        assert not _group_members(run.pid)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    doc = json.loads(next(out.glob("*/*/results.json")).read_text())
+    verdicts = {n["name"]: n["verdict"] for n in doc["nodes"]}
+    assert len(verdicts) == 400 and doc["verdict"] == "INCOMPLETE"
+    passed = [name for name, verdict in verdicts.items() if verdict == "PASS"]
+    assert len(passed) > 30
+    reasons = {f.get("reason") for n in doc["nodes"] if n["verdict"] != "PASS" for f in n["findings"]
+               if f["verdict"] == "ERROR"}
+    assert reasons <= {"interrupted"}, reasons  # no node ERROR of the evaluator's making

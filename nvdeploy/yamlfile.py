@@ -8,9 +8,13 @@ and duplicate keys are an error instead of the last one silently winning.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
-import yaml
+if TYPE_CHECKING:
+    import yaml
+
+# PyYAML is imported where a file is read, not with this module: the simulator's fake tools (one Python process per
+# simulated command) import the profile types, and PyYAML's import was a fifth of each call.
 
 MAX_FILE_BYTES = 8 * 1024 * 1024
 MAX_NODES = 200_000
@@ -62,9 +66,13 @@ class _Builder:
     def __init__(self, file: str) -> None:
         self.file = file
         self.count = 0
+        import yaml
+
         self.constructor = yaml.SafeLoader("")
 
     def build(self, node: yaml.Node) -> Any:
+        import yaml
+
         self.count += 1
         if self.count > MAX_NODES:
             raise ConfigError(f"too many YAML values (over {MAX_NODES}; an alias bomb?)", self.file,
@@ -102,6 +110,8 @@ class _Builder:
 
 def load_yaml_text(text: str, file: str = "<input>") -> Any:
     """Parse YAML text with safe types, line tracking and bounds. Raises ConfigError, never YAMLError."""
+    import yaml
+
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:

@@ -9,6 +9,8 @@ status. A ``hang`` scenario sleeps forever (a plain sleep: SIGTERM/SIGKILL end i
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import shlex
 import stat
@@ -17,7 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.profiles import GpuExpectation, Profile, ProfileCatalog
 from nvdeploy.sim.scenario import NodeScenario
 from nvdeploy.sim.tools import run_tool
 
@@ -50,6 +52,45 @@ def _catalog() -> ProfileCatalog:
     return catalog
 
 
+class CachedProfiles:
+    """``ProfileCatalog.get`` for a fake tool, from a JSON copy of the profile beside the node's scenario file.
+
+    Every simulated command is a Python process of its own, and reading the profile's YAML (PyYAML's import and
+    the parse) was about a fifth of each. The copy is used only while its YAML file is the one the catalog would
+    read, unchanged (path, size, mtime); anything else reads the YAML again. JSON, not pickle: nothing in that
+    folder can make a fake tool run code."""
+
+    def __init__(self, catalog: ProfileCatalog, folder: Path) -> None:
+        self.catalog = catalog
+        self.folder = folder
+
+    def get(self, name: str) -> Profile:
+        source = next((f / f"{name}.yaml" for f in self.catalog.folders if (f / f"{name}.yaml").is_file()), None)
+        if source is None or os.sep in name:
+            return self.catalog.get(name)
+        stat_ = source.stat()
+        key = [str(source), stat_.st_size, stat_.st_mtime_ns]
+        copy = self.folder / f".nvd-profile-{name}.json"
+        try:
+            data = json.loads(copy.read_text(encoding="utf-8"))
+            if data["key"] == key:
+                return _profile_from(data["profile"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        profile = self.catalog.get(name)
+        try:
+            temporary = copy.with_name(f"{copy.name}.{os.getpid()}")
+            temporary.write_text(json.dumps({"key": key, "profile": dataclasses.asdict(profile)}), encoding="utf-8")
+            os.replace(temporary, copy)
+        except (OSError, TypeError, ValueError):  # a read-only folder, a value JSON cannot hold: read YAML each time
+            pass
+        return profile
+
+
+def _profile_from(data: dict) -> Profile:
+    return Profile(**{**data, "gpu": GpuExpectation(**data["gpu"])})
+
+
 def _is_module_path(arg0: str) -> bool:
     base = os.path.basename(arg0)
     return base in ("fake_tool.py", "__main__.py", "-m", "-c") or not base
@@ -70,7 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"fake_tool: {SCENARIO_ENV} is not set\n")
         return 2
     try:
-        scenario = NodeScenario.from_json(Path(path).read_text(encoding="utf-8"), _catalog())
+        profiles = CachedProfiles(_catalog(), Path(path).parent)
+        scenario = NodeScenario.from_json(Path(path).read_text(encoding="utf-8"), profiles)  # type: ignore[arg-type]
     except (OSError, ValueError, KeyError) as exc:
         sys.stderr.write(f"fake_tool: cannot load scenario {path}: {exc}\n")
         return 2

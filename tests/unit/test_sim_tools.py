@@ -380,3 +380,30 @@ def test_main_in_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.delenv("NVD_SCENARIO_FILE")
     assert main(["lspci"]) == 2
     assert b"NVD_SCENARIO_FILE" in capfdbinary.readouterr().err
+
+
+def test_fake_tools_read_a_json_copy_of_the_profile_only_while_its_yaml_is_unchanged(tmp_path):
+    import os
+    import shutil
+
+    from nvdeploy.profiles import ProfileCatalog
+    from nvdeploy.sim.fake_tool import CachedProfiles
+
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    shutil.copy(ProfileCatalog().folders[0] / "h100-sxm-8x.yaml", folder / "h100-sxm-8x.yaml")
+    catalog = ProfileCatalog([folder])
+    node = tmp_path / "node"
+    node.mkdir()
+    first = CachedProfiles(catalog, node).get("h100-sxm-8x")
+    assert first == catalog.get("h100-sxm-8x") and (node / ".nvd-profile-h100-sxm-8x.json").is_file()
+    assert CachedProfiles(ProfileCatalog([folder]), node).get("h100-sxm-8x") == first  # from the copy
+    source = folder / "h100-sxm-8x.yaml"
+    source.write_text(source.read_text().replace("description: 8x NVIDIA", "description: 8x changed NVIDIA"))
+    changed = CachedProfiles(ProfileCatalog([folder]), node).get("h100-sxm-8x")
+    assert changed == ProfileCatalog([folder]).get("h100-sxm-8x") and changed != first
+    os.chmod(node, 0o500)  # a folder the node user cannot write: the YAML is read each time, nothing fails
+    try:
+        assert CachedProfiles(ProfileCatalog([folder]), node).get("h100-sxm-8x") == changed
+    finally:
+        os.chmod(node, 0o700)

@@ -130,8 +130,10 @@ class ProcessEvaluator:
                 return pool.submit(evaluate, job).result()
             except BrokenProcessPool as exc:
                 self._fall_back(str(exc) or "a worker process died")
-            except (RuntimeError, cf.CancelledError):
-                pass  # submitted after close(), or queued when close() cancelled what waited: the run is ending
+            except Exception:  # noqa: BLE001 - whatever it was, the thread's answer stands
+                # Submitted after close(), cancelled by it, a job pickle refused, or the evaluation's own error:
+                # evaluated here, a node gets what the run's process says (the same error, if it was one).
+                pass
         return evaluate(job)
 
     def _fall_back(self, why: str) -> None:

@@ -187,3 +187,16 @@ def test_ctrl_c_of_a_run_with_workers_keeps_every_finished_node_and_leaves_no_pr
     reasons = {f.get("reason") for n in doc["nodes"] if n["verdict"] != "PASS" for f in n["findings"]
                if f["verdict"] == "ERROR"}
     assert reasons <= {"interrupted"}, reasons  # no node ERROR of the evaluator's making
+
+
+def test_a_job_the_pool_cannot_take_is_evaluated_in_the_thread():
+    import threading
+
+    evaluator = ProcessEvaluator(1)
+    try:
+        job = _job()
+        unpicklable = EvaluationJob(job.node, {"lock": threading.Lock()}, job.profile, job.results, {},
+                                    job.check_ids)
+        assert evaluator(unpicklable) == evaluate(unpicklable) and evaluator.broken is None
+    finally:
+        evaluator.close()

@@ -65,8 +65,10 @@ class CachedProfiles:
         self.folder = folder
 
     def get(self, name: str) -> Profile:
+        if os.sep in name:  # never a path outside the folders (the catalog says what such a name is)
+            return self.catalog.get(name)
         source = next((f / f"{name}.yaml" for f in self.catalog.folders if (f / f"{name}.yaml").is_file()), None)
-        if source is None or os.sep in name:
+        if source is None:
             return self.catalog.get(name)
         stat_ = source.stat()
         key = [str(source), stat_.st_size, stat_.st_mtime_ns]

@@ -183,7 +183,7 @@ def test_ctrl_c_of_a_run_with_workers_keeps_every_finished_node_and_leaves_no_pr
     verdicts = {n["name"]: n["verdict"] for n in doc["nodes"]}
     assert len(verdicts) == 400 and doc["verdict"] == "INCOMPLETE"
     passed = [name for name, verdict in verdicts.items() if verdict == "PASS"]
-    assert len(passed) > 30
+    assert len(passed) >= 30  # every node journaled before the signal (30 or more) was kept
     reasons = {f.get("reason") for n in doc["nodes"] if n["verdict"] != "PASS" for f in n["findings"]
                if f["verdict"] == "ERROR"}
     assert reasons <= {"interrupted"}, reasons  # no node ERROR of the evaluator's making

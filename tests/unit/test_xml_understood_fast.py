@@ -46,7 +46,8 @@ def test_a_gpu_section_only_in_a_comment_cdata_or_a_deeper_element_is_not_taken(
     assert xml_understood(undefined) == _full_says(undefined)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Derandomized: the same 300 cases every run, so CI cannot fail on a case one run happened to draw.
+@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(range(len(TEXTS))),
        st.lists(st.tuples(st.floats(0, 1), st.sampled_from(SNIPPETS) | st.text(max_size=8)), max_size=4),
        st.none() | st.floats(0, 1))

@@ -13,9 +13,11 @@ Metrics (all gauges):
 - ``nvdeploy_node_ready{cluster,node}`` 1 when the node passed (PASS, or SKIP only; WARN too unless fail-on-warn)
 - ``nvdeploy_check_severity{cluster,node,check,verdict}`` for each check that did not pass on a node (WARN 2,
   ERROR 3, FAIL 4); a check that passed has no series, which keeps a 2,000-node fleet to a few thousand lines
-- ``nvdeploy_node_info{cluster,node,profile,driver_version,cuda_version}`` 1
-- ``nvdeploy_node_bandwidth_gbps{cluster,node,metric}`` (every GB/s metric, see nvdeploy.metrics) and
-  ``nvdeploy_bandwidth_floor_gbps{cluster,metric,profile}`` the floor it is judged against, once per profile
+- ``nvdeploy_node_info{cluster,node,profile,driver_version,cuda_version}`` 1; ``profile`` is always the stamped
+  ``name@version`` form, on unreached nodes too (one profile, one label value, so joins and ``count by`` hold)
+- ``nvdeploy_node_bandwidth_bytes_per_second{cluster,node,metric}`` (every bandwidth metric, see nvdeploy.metrics)
+  and ``nvdeploy_bandwidth_floor_bytes_per_second{cluster,metric,profile}`` the floor it is judged against, once
+  per profile. Prometheus names carry base units: bytes per second, never GB/s or "gbps" (which reads as gigabits)
 - ``nvdeploy_node_xid_events{cluster,node,xid}`` Xid events seen in the kernel log (from the ``xid_counts`` fact)
 """
 
@@ -31,8 +33,9 @@ from nvdeploy.metrics import node_metrics
 from nvdeploy.record import OutputError
 from nvdeploy.results import ClusterVerdict, RunResult, Verdict
 
-_GBPS = {"GB/s": 1.0, "GiB/s": 1.073741824, "MB/s": 0.001, "MiB/s": 0.001048576, "Gb/s": 0.125, "Gbit/s": 0.125,
-         "Gbps": 0.125}
+# Bytes per second in one unit of each bandwidth unit a metric may carry (GB/s as nccl-tests means it: 1e9).
+_BYTES_PER_SECOND = {"GB/s": 1e9, "GiB/s": 2.0 ** 30, "MB/s": 1e6, "MiB/s": 2.0 ** 20, "Gb/s": 1.25e8,
+                     "Gbit/s": 1.25e8, "Gbps": 1.25e8}
 
 
 def escape_label(value: object) -> str:
@@ -75,6 +78,13 @@ def _epoch(timestamp: str) -> float:
     return parsed.timestamp()
 
 
+def _stamp(profile: str, stamps: Mapping[str, str]) -> str:
+    """A node's profile as ``name@version``: a node that was never reached carries the inventory's bare name."""
+    if "@" in profile:
+        return profile
+    return stamps.get(profile, profile)
+
+
 def render_prometheus(run: RunResult) -> str:
     """The run in the Prometheus text exposition format (version 0.0.4)."""
     cluster = run.cluster
@@ -88,8 +98,8 @@ def render_prometheus(run: RunResult) -> str:
         ("node_ready", "1 when the node passed every check of the last run."),
         ("check_severity", "A check that did not pass on a node: 2 WARN, 3 ERROR, 4 FAIL (passing checks: no series)."),
         ("node_info", "Versions and profile of a node (always 1)."),
-        ("node_bandwidth_gbps", "Bandwidth measured on the node, in GB/s."),
-        ("bandwidth_floor_gbps", "The profile floor a bandwidth is judged against, in GB/s."),
+        ("node_bandwidth_bytes_per_second", "Bandwidth measured on the node, in bytes per second."),
+        ("bandwidth_floor_bytes_per_second", "The profile floor a bandwidth is judged against, in bytes per second."),
         ("node_xid_events", "Xid events in the node's kernel log at the time of the run, by Xid code."),
     ]}
     fam["run_info"].add({"cluster": cluster, "run_id": run.run_id, "phase": run.phase, "level": run.level,
@@ -116,23 +126,24 @@ def render_prometheus(run: RunResult) -> str:
         for check, verdict in worst.items():
             if verdict in (Verdict.WARN, Verdict.ERROR, Verdict.FAIL):
                 fam["check_severity"].add({**base, "check": check, "verdict": verdict.value}, verdict.severity)
-        fam["node_info"].add({**base, "profile": node.profile,
+        profile = _stamp(node.profile, run.profiles)
+        fam["node_info"].add({**base, "profile": profile,
                               "driver_version": node.facts.get("driver_version") or "",
                               "cuda_version": node.facts.get("cuda_version") or ""}, 1)
         for metric in node_metrics(node):
-            factor = _GBPS.get(metric.unit)
+            factor = _BYTES_PER_SECOND.get(metric.unit)
             if factor is None:
                 continue
-            fam["node_bandwidth_gbps"].add({**base, "metric": metric.key}, round(metric.value * factor, 6))
+            fam["node_bandwidth_bytes_per_second"].add({**base, "metric": metric.key}, round(metric.value * factor))
             if metric.floor is not None:
-                floors[(metric.key, node.profile)] = round(metric.floor * factor, 6)
+                floors[(metric.key, profile)] = round(metric.floor * factor)
         xids = node.facts.get("xid_counts")
         if isinstance(xids, Mapping):
             for xid, count in sorted(xids.items(), key=lambda item: str(item[0])):
                 if isinstance(count, (int, float)) and not isinstance(count, bool):
                     fam["node_xid_events"].add({**base, "xid": xid}, count)
     for (key, profile), floor in sorted(floors.items()):
-        fam["bandwidth_floor_gbps"].add({"cluster": cluster, "metric": key, "profile": profile}, floor)
+        fam["bandwidth_floor_bytes_per_second"].add({"cluster": cluster, "metric": key, "profile": profile}, floor)
     lines = [line for family in fam.values() for line in family.lines()]
     return "\n".join(lines) + "\n"
 

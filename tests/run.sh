@@ -36,6 +36,13 @@ if ! command -v chromium >/dev/null 2>&1; then
     echo "tests/run.sh: chromium is missing (apt-get install chromium): the browser tests of the report will skip" >&2
   fi
 fi
+if ! command -v promtool >/dev/null 2>&1; then
+  if can_apt; then
+    apt_install --no-install-recommends prometheus
+  else
+    echo "tests/run.sh: promtool is missing (apt-get install prometheus): the Prometheus linter tests will skip" >&2
+  fi
+fi
 # The Slurm tests run a real slurmctld + slurmd cluster on this machine (tests/e2e/slurm, tests/slurm/start-slurm.sh).
 if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmd >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1; then
   if can_apt; then

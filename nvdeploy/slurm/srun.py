@@ -3,11 +3,11 @@ one ``srun -N <n> --ntasks-per-node=1`` job step instead of one SSH connection p
 
 How it fits the engine without a second pipeline: each node gets an :class:`SrunTransport`; their ``run_batch``
 calls go to one :class:`SrunPool`, which gathers the calls that arrive together (every node's light batch at the
-start; heavy batches as nodes reach them) and runs ONE srun for all of them. The per-node scripts travel on
-srun's stdin, broadcast to every task (``--input=all``: no argv size limit, no shared file system needed); each
-task picks its own script by ``$SLURMD_NODENAME`` and prints its framed output base64-encoded after a marker
-naming the node, with ``--label`` keeping the tasks' lines apart (all "nodes" of a test cluster are one host, so
-``--output=%N`` files would collide). The bytes are then split with ``batch.parse_output`` exactly as over SSH.
+start; heavy batches as nodes reach them) and runs ONE srun per distinct script for all of them. The script
+travels on srun's stdin, broadcast to every task (``--input=all``: no argv size limit, no shared file system
+needed; see WRAPPER); each task prints its framed output base64-encoded after a marker naming the node, with
+``--label`` keeping the tasks' lines apart (all "nodes" of a test cluster are one host, so ``--output=%N`` files
+would collide). The bytes are then split with ``batch.parse_output`` exactly as over SSH.
 
 A node Slurm cannot start a task on (down, drained) is ERROR ``unreachable`` with Slurm's state and reason, and
 is left out of the step (``srun`` would otherwise wait for it forever). The step has ``--time`` (the batch's own
@@ -98,15 +98,29 @@ def nccl_srun_argv(nodes: Sequence[str], gpus_per_node: int, opts: SrunOptions, 
     return argv + list(tool)
 
 
-# $1: the node batch. It runs with the task's stdin, which srun keeps open (--input=all) until nvdeploy closes
-# it: the batch's watcher (transport/batch.py) ends the batch at that EOF, as it does when SSH drops. Its framed
-# output is base64 so that --label cannot break a byte of it; the marker names the node that produced it.
+# The node batch comes on the task's stdin, never in argv (one execve word is capped at 128 KiB, MAX_ARG_STRLEN,
+# and the probe alone is ~70 KB of it): a line with its size in bytes, then the script. ``read`` takes the size
+# line byte by byte and GNU ``head -c`` never reads past its count, so the rest of stdin stays the batch's: srun
+# keeps it open (--input=all) until nvdeploy closes it, and the batch's watcher (transport/batch.py) ends the batch
+# at that EOF, as it does when SSH drops. The script file is removed as soon as it is open (fd 4), so a killed step
+# leaves nothing in /tmp. The framed output is base64 so that --label cannot break a byte of it; the marker names
+# the node that produced it.
 WRAPPER = (
     "command -v base64 >/dev/null 2>&1 || { echo 'nvdeploy: base64 not found on node' >&2; exit 95; }\n"
+    "IFS= read -r nvd_n || { echo 'nvdeploy: no batch on stdin' >&2; exit 94; }\n"
+    'nvd_f=$(mktemp "${TMPDIR:-/tmp}/nvd-srun.XXXXXX") || exit 97\n'
+    'head -c "$nvd_n" >"$nvd_f" && exec 4<"$nvd_f"; nvd_rc=$?; rm -f "$nvd_f"\n'
+    '[ "$nvd_rc" = 0 ] || { echo "nvdeploy: could not read the batch from stdin" >&2; exit 94; }\n'
     f"printf '{_NODE_MARK}%s\\n' \"${{SLURMD_NODENAME:-?}}\"\n"
-    '/bin/sh -c "$1" nvd-batch | base64\n'
+    "/bin/sh /dev/fd/4 | base64\n"
     f"printf '{_DONE_MARK}\\n'\n"
 )
+
+
+def batch_input(script: str) -> bytes:
+    """What the step's stdin starts with: the batch's size line, then the batch (see WRAPPER)."""
+    data = script.encode("utf-8")
+    return f"{len(data)}\n".encode() + data
 
 
 def split_labelled(stdout: bytes) -> dict[str, bytes]:
@@ -373,7 +387,7 @@ class SrunPool:
             wait_s = min(wait_s, max(1.0, min(deadlines)))  # type: ignore[type-var]
         job_name = f"{self.options.job_name}-{next(self._rounds)}"
         argv = srun_argv(nodes, self._options_for(nodes), limit, job_name, self._gres_for(nodes))
-        argv += ["-c", WRAPPER, "nvd-wrap", script]
+        argv += ["-c", WRAPPER, "nvd-wrap"]
         started = time.monotonic()
         # srun exports the caller's environment to the tasks: never nvdeploy's secrets.
         env = {k: v for k, v in os.environ.items() if not k.startswith("NVDEPLOY_SUDO")}
@@ -383,6 +397,18 @@ class SrunPool:
             self._procs[job_name] = proc
         chunks: dict[str, list[bytes]] = {"out": [], "err": []}
 
+        def feed(stream: Any, data: bytes) -> None:
+            # srun reads its stdin only once the step is launched: written from a thread, so that a step that
+            # never starts cannot block the limit below. The pipe stays open after it (closed in the finally).
+            view = memoryview(data)
+            try:
+                # os.write, not the buffered file: a close() from the finally must never wait on its lock.
+                fd = stream.fileno()
+                while view:
+                    view = view[os.write(fd, view):]
+            except (OSError, ValueError):
+                pass  # srun ended (or the step was cancelled) before it read the batch: its rc says why
+
         def drain(stream: Any, key: str) -> None:
             for chunk in iter(lambda: stream.read1(65536), b""):
                 chunks[key].append(chunk)
@@ -391,6 +417,8 @@ class SrunPool:
                    threading.Thread(target=drain, args=(proc.stderr, "err"), daemon=True)]
         for reader in readers:
             reader.start()
+        writer = threading.Thread(target=feed, args=(proc.stdin, batch_input(script)), daemon=True)
+        writer.start()
         error: Optional[ErrorReason] = None
         detail = ""
         try:
@@ -399,6 +427,7 @@ class SrunPool:
             self._cancel(job_name, proc)
             error, detail = ErrorReason.TIMEOUT, f"srun step {job_name} passed its limit ({wait_s:.0f} s): cancelled"
         finally:
+            writer.join(timeout=5)
             try:
                 assert proc.stdin is not None
                 proc.stdin.close()  # EOF: any batch still running on a node ends itself
@@ -413,7 +442,8 @@ class SrunPool:
         stderr = b"".join(chunks["err"]).decode("utf-8", "replace")
         self.steps.append({"job_name": job_name, "nodes": len(nodes), "rc": proc.returncode,
                            "seconds": round(time.monotonic() - started, 3),
-                           "command": shlex.join(argv[:-4] + ["/bin/sh", "-c", "<wrapper>", "nvd-wrap", "<batch>"])})
+                           "command": shlex.join(argv[:-3] + ["/bin/sh", "-c", "<wrapper>", "nvd-wrap"])
+                           + " <batch on stdin>"})
         return split_labelled(b"".join(chunks["out"])), error, detail, stderr
 
 

@@ -9,7 +9,7 @@ from typing import Sequence
 import pytest
 
 from nvdeploy.slurm.client import Completed, SlurmClient, SlurmError
-from nvdeploy.slurm.srun import WRAPPER, SrunOptions, nccl_srun_argv, split_labelled, srun_argv
+from nvdeploy.slurm.srun import WRAPPER, SrunOptions, batch_input, nccl_srun_argv, split_labelled, srun_argv
 from nvdeploy.transport import batch
 from nvdeploy.transport.base import CommandSpec
 
@@ -78,9 +78,12 @@ def test_wrapper_output_split_per_node_back_into_the_batch_frames() -> None:
     outputs = {}
     for task, node in enumerate(["gpu1", "gpu2"]):
         # stdin stays open while the task runs, as srun --input=all keeps it: its EOF would end the batch.
-        proc = subprocess.Popen(["/bin/sh", "-c", WRAPPER, "nvd-wrap", script], stdin=subprocess.PIPE,
+        # The batch comes on stdin (its size line, then the script), as the step's stdin brings it.
+        proc = subprocess.Popen(["/bin/sh", "-c", WRAPPER, "nvd-wrap"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, env={"SLURMD_NODENAME": node, "PATH": "/usr/bin:/bin"})
         assert proc.stdout is not None and proc.stdin is not None
+        proc.stdin.write(batch_input(script))
+        proc.stdin.flush()
         out = proc.stdout.read()
         proc.stdin.close()
         assert proc.wait(timeout=60) == 0

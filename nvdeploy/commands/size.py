@@ -27,6 +27,10 @@ from nvdeploy.sizing.units import SizingError
 @click.option("--sharding", type=click.Choice(["none", "zero1", "zero2", "zero3", "fsdp"]), default="zero3",
               show_default=True, help="ZeRO stage / FSDP over the data-parallel GPUs.")
 @click.option("--activation-checkpointing", is_flag=True, help="Recompute activations in the backward pass.")
+@click.option("--attention", type=click.Choice(["flash", "eager"]), default="flash", show_default=True,
+              help="flash: memory-efficient attention (FlashAttention, PyTorch SDPA), which never stores the "
+                   "attention scores, as every current training stack does; eager: a plain softmax(QK^T)V that "
+                   "keeps 5*a*s^2*b bytes of scores per layer (the older, much larger estimate).")
 @click.option("--seq-len", default=None, help="Training sequence length (default: the model's, else 4096).")
 @click.option("--micro-batch", default="1", show_default=True, help="Sequences per GPU per step.")
 @click.option("--profile", "profiles", multiple=True, help="Profile (SKU) to size for; repeatable. Default: all "

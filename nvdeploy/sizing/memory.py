@@ -12,8 +12,10 @@ Activations (Korthikanti et al. 2022, "Reducing Activation Recomputation in Larg
 4.1, eq. 1, no tensor parallelism): 34*s*b*h + 5*a*s^2*b bytes per layer with 16-bit activations (s sequence
 length, b micro-batch, h hidden size, a heads). With full activation checkpointing only each layer's input is
 kept, 2*s*b*h bytes per layer, plus one layer's full activations while it is recomputed in the backward pass.
-The 5*a*s^2*b term is the attention-score matrix; fused kernels such as FlashAttention never store it, so
-without checkpointing this is the upper bound.
+The 5*a*s^2*b term is the attention-score matrix (softmax output, dropout mask and output). Memory-efficient
+attention (FlashAttention, PyTorch's scaled_dot_product_attention, cuDNN fused attention: every current training
+stack) never stores it, only a per-row log-sum-exp (4*a*s*b bytes, negligible next to 34*s*b*h): that is the
+default here (``attention="flash"``). ``attention="eager"`` counts the scores, as a plain softmax(QK^T)V does.
 
 KV cache for inference: 2 (K and V) * layers * kv_heads * head_dim * context * batch * bytes per element.
 """
@@ -31,6 +33,7 @@ WEIGHT_BYTES = 2.0       # 16-bit weights kept for the forward/backward pass in 
 GRADIENT_BYTES = 2.0     # 16-bit gradients; also what the data-parallel all-reduce moves
 OPTIMIZER_BYTES = {"adam": 12.0, "adamw": 12.0, "sgd": 8.0}
 SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp")
+ATTENTIONS = ("flash", "eager")
 INFERENCE_WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5}
 # KV caches are kept in 16 bits, or 8 bits when quantised; 4-bit KV caches are rare, so fp4 weights keep an fp8 cache.
 KV_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 1.0}
@@ -74,25 +77,34 @@ def model_states(params: float, optimizer: str, sharding: str, dp: int) -> tuple
     return weights, grads, opt
 
 
-def layer_activations(seq: int, micro_batch: int, hidden: int, heads: int) -> float:
+def attention_scores(seq: int, micro_batch: int, heads: int) -> float:
+    """Bytes of one layer's stored attention scores: the 5*a*s^2*b term, kept only by eager attention."""
+    return 5.0 * heads * seq * seq * micro_batch
+
+
+def layer_activations(seq: int, micro_batch: int, hidden: int, heads: int, attention: str = "flash") -> float:
     """Bytes one layer keeps for its backward pass without recomputation (Korthikanti et al. eq. 1)."""
-    return 34.0 * seq * micro_batch * hidden + 5.0 * heads * seq * seq * micro_batch
+    if attention not in ATTENTIONS:
+        raise SizingError(f"--attention: unknown {attention!r} (one of {', '.join(ATTENTIONS)})")
+    kept = 34.0 * seq * micro_batch * hidden
+    return kept + attention_scores(seq, micro_batch, heads) if attention == "eager" else kept
 
 
-def activations(model: ModelShape, seq: int, micro_batch: int, checkpointing: bool) -> Optional[float]:
+def activations(model: ModelShape, seq: int, micro_batch: int, checkpointing: bool,
+                attention: str = "flash") -> Optional[float]:
     if not model.has_shape:
         return None
     assert model.layers and model.hidden and model.heads
-    one_layer = layer_activations(seq, micro_batch, model.hidden, model.heads)
+    one_layer = layer_activations(seq, micro_batch, model.hidden, model.heads, attention)
     if checkpointing:
         return 2.0 * seq * micro_batch * model.hidden * model.layers + one_layer
     return one_layer * model.layers
 
 
 def training_memory(model: ModelShape, optimizer: str, sharding: str, dp: int, seq: int, micro_batch: int,
-                    checkpointing: bool) -> MemoryPerGpu:
+                    checkpointing: bool, attention: str = "flash") -> MemoryPerGpu:
     weights, grads, opt = model_states(model.params, optimizer, sharding, dp)
-    return MemoryPerGpu(weights, grads, opt, activations(model, seq, micro_batch, checkpointing))
+    return MemoryPerGpu(weights, grads, opt, activations(model, seq, micro_batch, checkpointing, attention))
 
 
 def kv_cache_bytes(model: ModelShape, context: int, batch: int, precision: str) -> Optional[float]:

@@ -71,7 +71,8 @@ def _load_run(run_dir: Path) -> tuple[str, dict[str, Any]]:
 def plan(model_name: Optional[str] = None, params: Optional[str] = None, tokens: Optional[str] = None,
          inference: bool = False, context: str = "8192", batch: str = "1", precision: str = "bf16",
          optimizer: str = "adamw", sharding: str = "zero3", activation_checkpointing: bool = False,
-         seq_len: Optional[str] = None, micro_batch: str = "1", profiles: tuple[str, ...] = (),
+         attention: str = "flash", seq_len: Optional[str] = None, micro_batch: str = "1",
+         profiles: tuple[str, ...] = (),
          gpus: Optional[str] = None, days: Optional[str] = None, mfu: str = "0.40", prices: tuple[str, ...] = (),
          on_prem: Optional[str] = None, run_dir: Optional[Path] = None, catalog: Optional[ProfileCatalog] = None,
          **_: Any) -> tuple[dict[str, Any], list[Estimate]]:
@@ -110,6 +111,7 @@ def plan(model_name: Optional[str] = None, params: Optional[str] = None, tokens:
     job_args = dict(model=model, precision=precision, tokens=parse_quantity(tokens, "--tokens") if tokens else None,
                     inference=inference, context=_count(context, "--context"), batch=_count(batch, "--batch"),
                     optimizer=optimizer, sharding=sharding, checkpointing=activation_checkpointing,
+                    attention=attention,
                     seq_len=_count(seq_len, "--seq-len"), micro_batch=_count(micro_batch, "--micro-batch"),
                     gpus=gpu_count, days=day_count, mfu=mfu_value, on_prem=onprem)
     estimates = []
@@ -127,7 +129,7 @@ def plan(model_name: Optional[str] = None, params: Optional[str] = None, tokens:
     inputs = {"model": model.name or None, "params": model.params, "tokens": job.tokens, "inference": inference,
               "context": job.context if inference else None, "batch": job.batch if inference else None,
               "precision": precision, "optimizer": optimizer, "sharding": sharding,
-              "activation_checkpointing": activation_checkpointing, "seq_len": job.seq,
+              "activation_checkpointing": activation_checkpointing, "attention": attention, "seq_len": job.seq,
               "micro_batch": job.micro_batch, "profiles": chosen, "gpus": gpu_count, "days": day_count,
               "mfu": mfu_value, "prices": price_map,
               "on_prem": None if onprem is None else {"capex_per_node": onprem.capex_per_node,

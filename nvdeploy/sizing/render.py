@@ -18,11 +18,12 @@ def _fmt(value: Optional[float], style: str = "g") -> str:
 
 
 def render_table(inputs: dict[str, Any], estimates: list[Estimate]) -> str:
-    head = ["profile", "GPUs", "fits", "min GPUs", "GB/GPU", "usable", "GPU-hours", "days", "cost USD", "MWh",
+    head = ["profile", "GPUs", "nodes", "fits", "min GPUs", "GB/GPU", "usable", "GPU-hours", "days", "cost USD", "MWh",
             "all-reduce s"]
     rows = []
     for e in estimates:
-        rows.append([e.profile, _fmt(e.gpus, "int"), {True: "yes", False: "NO", None: "-"}[e.fits],
+        rows.append([e.profile, _fmt(e.gpus, "int"), _fmt(e.extra.get("nodes"), "int"),
+                     {True: "yes", False: "NO", None: "-"}[e.fits],
                      _fmt(e.min_gpus, "int"), _fmt(e.memory_gb_per_gpu, "1"),
                      _fmt(e.extra.get("usable_gb_per_gpu"), "1"), _fmt(e.gpu_hours, "int"), _fmt(e.days, "1"),
                      _fmt(e.cost_usd, "int"), _fmt(e.energy_mwh, "1"), _fmt(e.allreduce_s_per_step)])
@@ -57,4 +58,6 @@ def _summary(inputs: dict[str, Any]) -> str:
             f"{inputs['precision']}, MFU {inputs['mfu']:g}, {inputs['optimizer']}, sharding {inputs['sharding']}, "
             f"seq {inputs['seq_len']} x micro-batch {inputs['micro_batch']}"
             f"{', activation checkpointing' if inputs['activation_checkpointing'] else ''}"
+            + (", eager attention (scores stored)" if inputs.get("attention") == "eager" else
+               ", memory-efficient attention (FlashAttention; --attention eager to store the scores)")
             + (f"; measured figures from run {inputs['run']['run_id']}" if inputs.get("run") else ""))

@@ -3,6 +3,11 @@
 Parallelism model: data parallelism over every GPU with the chosen ZeRO/FSDP sharding (training), tensor
 parallelism over the GPUs for inference. Tensor/pipeline parallelism in training is not modelled: with
 ``--sharding none`` a model whose states exceed one GPU never fits here, although a TP/PP layout could run it.
+
+GPU counts the calculator chooses (the fewest that fit, or that finish within ``--days``) are rounded up to whole
+nodes of the profile for training: nodes are what a cluster schedules and what is paid for, and a data-parallel
+job uses every GPU of them. Inference keeps a count within one node (a tensor-parallel group may share a node)
+and rounds larger ones up to whole nodes. A count given with ``--gpus`` is kept as given.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ class Job:
     optimizer: str = "adamw"
     sharding: str = "zero3"
     checkpointing: bool = False
+    attention: str = "flash"                 # memory-efficient attention; "eager" stores the s^2 scores
     seq_len: Optional[int] = None
     micro_batch: int = 1
     gpus: Optional[int] = None
@@ -83,7 +89,15 @@ def memory_at(job: Job, gpus: int) -> memory.MemoryPerGpu:
     if job.inference:
         return memory.inference_memory(job.model, job.precision, gpus, job.context, job.batch)
     return memory.training_memory(job.model, job.optimizer, job.sharding, gpus, job.seq, job.micro_batch,
-                                  job.checkpointing)
+                                  job.checkpointing, job.attention)
+
+
+def whole_nodes(job: Job, sku: SkuFigures, gpus: int) -> int:
+    """``gpus`` rounded up to whole nodes of the SKU (see the module's docstring for when)."""
+    per_node = max(1, sku.gpus_per_node)
+    if job.inference and gpus <= per_node:
+        return gpus
+    return -(-gpus // per_node) * per_node
 
 
 def min_gpus(job: Job, sku: SkuFigures) -> Optional[int]:
@@ -147,7 +161,7 @@ def estimate(job: Job, sku: SkuFigures) -> Estimate:
     elif job.days is not None or smallest is None:
         gpus = None   # --days: solved below (training only); never fits: no count to report
     else:
-        gpus = smallest
+        gpus = whole_nodes(job, sku, smallest)
     peak = sku.peak_tflops(job.precision)
     extra: dict[str, Any] = {"usable_gb_per_gpu": usable_bytes(sku) / memory.GB,
                              "peak_tflops": peak, "gpus_per_node": sku.gpus_per_node}
@@ -163,7 +177,7 @@ def estimate(job: Job, sku: SkuFigures) -> Estimate:
             notes.append(f"{sku.profile} has no dense {job.precision} Tensor-Core peak in its datasheet section: "
                          "no time, cost or energy")
         elif job.days is not None and job.gpus is None:
-            gpus = _solve_gpus_for_days(job, sku, compute_hours, smallest or 1)
+            gpus = whole_nodes(job, sku, _solve_gpus_for_days(job, sku, compute_hours, smallest or 1))
             if smallest is None:
                 notes.append("no GPU count fits this job in memory; GPU count solved for --days alone")
         if gpus is not None:
@@ -182,6 +196,9 @@ def estimate(job: Job, sku: SkuFigures) -> Estimate:
         extra["headroom_gb"] = (usable_bytes(sku) - mem.total) / memory.GB
         extra["memory_breakdown"] = mem.to_dict()
         extra["nodes"] = math.ceil(gpus / sku.gpus_per_node) if gpus else None
+        if job.gpus is None and smallest is not None and gpus != smallest and job.days is None:
+            notes.append(f"{smallest} GPUs would fit; {gpus} = {extra['nodes']} whole node(s) of "
+                         f"{sku.gpus_per_node} GPUs, which time, cost and energy are computed for")
     if smallest is None:
         notes.append(_never_fits(job, sku))
     elif fits is False:
@@ -189,10 +206,7 @@ def estimate(job: Job, sku: SkuFigures) -> Estimate:
                      f"{usable_bytes(sku) / memory.GB:.1f} GB usable; at least {smallest} GPUs")
     if not job.inference and mem is not None and mem.activations and not job.checkpointing \
             and job.model.heads and job.model.layers:
-        scores = 5.0 * job.model.heads * job.seq ** 2 * job.micro_batch * job.model.layers
-        notes.append(f"activations {mem.activations / memory.GB:.1f} GB per GPU without checkpointing, "
-                     f"{scores / memory.GB:.1f} GB of it attention scores (5*a*s^2*b, not kept by FlashAttention); "
-                     "--activation-checkpointing keeps 2*s*b*h per layer")
+        notes.append(_activation_note(job, mem.activations))
     cost_usd = cost.cost_usd(hours, job.price)
     energy = cost.energy_mwh(hours, sku.power_w)
     if job.price is None and hours is not None:
@@ -217,6 +231,18 @@ def estimate(job: Job, sku: SkuFigures) -> Estimate:
                          f"{extra['onprem_usd_per_gpu_hour']:.2f} USD per GPU-hour at 100%)")
     return Estimate(sku.profile, gpus, fits, smallest, None if mem is None else mem.total / memory.GB, flops, hours,
                     days, cost_usd, energy, allreduce, tuple(notes), extra)
+
+
+def _activation_note(job: Job, kept: float) -> str:
+    assert job.model.heads and job.model.layers
+    scores = memory.attention_scores(job.seq, job.micro_batch, job.model.heads) * job.model.layers
+    if job.attention == "eager":
+        return (f"activations {kept / memory.GB:.1f} GB per GPU without checkpointing, {scores / memory.GB:.1f} GB "
+                "of it attention scores (5*a*s^2*b: --attention eager; memory-efficient attention such as "
+                "FlashAttention, the default, never stores them); --activation-checkpointing keeps 2*s*b*h per layer")
+    return (f"activations {kept / memory.GB:.1f} GB per GPU without checkpointing, with memory-efficient attention "
+            f"(FlashAttention; --attention eager would store {scores / memory.GB:.1f} GB more of attention "
+            "scores); --activation-checkpointing keeps 2*s*b*h per layer")
 
 
 def _never_fits(job: Job, sku: SkuFigures) -> str:

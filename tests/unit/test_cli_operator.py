@@ -45,3 +45,25 @@ all:
         pytest.skip("promtool is not installed (apt-get install prometheus)")
     done = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout + done.stderr) == (0, "")
+
+
+def test_size_assumes_memory_efficient_attention_and_says_so():
+    default = invoke("size", "--model", "llama-3-70b", "--tokens", "15T", "--profile", "h100-sxm-8x")
+    assert default.exit_code == 0, default.output
+    assert "memory-efficient attention (FlashAttention; --attention eager to store the scores)" in default.output
+    # 34*s*b*h*L = 34 x 8192 x 8192 x 80 bytes = 182.5 GB of activations per GPU, not 1,900.5 with the scores
+    assert "182.5 GB per GPU stay unsharded" in default.output and "1900.5" not in default.output
+    eager = invoke("size", "--model", "llama-3-70b", "--tokens", "15T", "--profile", "h100-sxm-8x",
+                   "--attention", "eager")
+    assert "1900.5 GB per GPU stay unsharded" in eager.output and "eager attention (scores stored)" in eager.output
+
+
+def test_size_rounds_gpus_up_to_whole_nodes_and_prints_both():
+    result = invoke("size", "--model", "llama-3-70b", "--tokens", "15T", "--activation-checkpointing",
+                    "--profile", "h100-sxm-8x")
+    assert result.exit_code == 0, result.output
+    head, row = [line.split() for line in result.output.splitlines() if line.startswith(("profile ", "h100-sxm-8x "))]
+    cells = dict(zip(head[:5], row))   # "min GPUs" is two words: only the columns before it
+    assert (cells["GPUs"], cells["nodes"], cells["fits"]) == ("24", "3", "yes")
+    assert row[4] == "18"                # the memory minimum, printed beside the whole-node count
+    assert "18 GPUs would fit; 24 = 3 whole node(s) of 8 GPUs" in result.output

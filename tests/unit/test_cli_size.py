@@ -34,12 +34,13 @@ def test_json_contract_one_estimate_per_profile_with_exact_field_names() -> None
     assert names == ["a100-sxm-8x", "b200-8x", "h100-pcie-8x", "h100-sxm-8x", "h200-8x", "l40s-8x"]
     for estimate in data["estimates"]:
         assert list(estimate)[: len(FIELDS)] == FIELDS
-        assert estimate["gpus"] == estimate["min_gpus"]          # no --gpus/--days: gpus is min_gpus
+        # no --gpus/--days: the fewest GPUs that fit, rounded up to whole nodes of the profile (8 GPUs each)
+        assert estimate["gpus"] == -(-estimate["min_gpus"] // 8) * 8 and estimate["nodes"] == estimate["gpus"] // 8
         assert estimate["cost_usd"] is None                      # no --price
         assert isinstance(estimate["notes"], list)
     h100 = next(e for e in data["estimates"] if e["profile"] == "h100-sxm-8x")
     # hand-worked in test_sizing_memory / test_sizing_time_cost: 15 GPUs, 8.4e23 FLOPs, 589,582.9 GPU-hours
-    assert h100["min_gpus"] == 15 and h100["fits"] is True
+    assert h100["min_gpus"] == 15 and h100["gpus"] == 16 and h100["nodes"] == 2 and h100["fits"] is True
     assert h100["train_flops"] == pytest.approx(8.4e23)
     assert h100["gpu_hours"] == pytest.approx(589_582.9, rel=1e-5)
     assert h100["energy_mwh"] == pytest.approx(589_582.9 * 700 / 1e6, rel=1e-3)

@@ -36,13 +36,18 @@ def test_zero_stages_divide_the_right_terms_by_the_data_parallel_degree() -> Non
 
 def test_activations_llama2_7b_with_and_without_checkpointing() -> None:
     # Llama-2 7B: L 32, h 4096, a 32; s 4096, b 1 (Korthikanti et al. eq. 1)
-    # one layer: 34*4096*1*4096 = 570,425,344 + 5*32*4096^2*1 = 2,684,354,560 -> 3,254,779,904 bytes
+    # eager attention, one layer: 34*4096*1*4096 = 570,425,344 + 5*32*4096^2*1 = 2,684,354,560 -> 3,254,779,904
     # no checkpointing: x 32 layers = 104,152,956,928 bytes
     # full checkpointing: 2*4096*1*4096*32 = 1,073,741,824 + one layer recomputed 3,254,779,904 = 4,328,521,728
     model = MODELS["llama-2-7b"]
-    assert memory.layer_activations(4096, 1, 4096, 32) == 3_254_779_904
-    assert memory.activations(model, 4096, 1, checkpointing=False) == 104_152_956_928
-    assert memory.activations(model, 4096, 1, checkpointing=True) == 4_328_521_728
+    assert memory.layer_activations(4096, 1, 4096, 32, "eager") == 3_254_779_904
+    assert memory.activations(model, 4096, 1, checkpointing=False, attention="eager") == 104_152_956_928
+    assert memory.activations(model, 4096, 1, checkpointing=True, attention="eager") == 4_328_521_728
+    # memory-efficient attention (the default) never stores the scores: 570,425,344 per layer, x 32 = 18,253,611,008;
+    # checkpointing: 1,073,741,824 + 570,425,344 = 1,644,167,168
+    assert memory.layer_activations(4096, 1, 4096, 32) == 570_425_344
+    assert memory.activations(model, 4096, 1, checkpointing=False) == 18_253_611_008
+    assert memory.activations(model, 4096, 1, checkpointing=True) == 1_644_167_168
     assert memory.activations(P70, 4096, 1, checkpointing=False) is None  # no shape: not guessed
 
 
@@ -74,7 +79,7 @@ def test_training_min_gpus_params_only_zero3() -> None:
     assert usable_bytes(sku) == pytest.approx(81559 * 2**20 * 0.9)
     job = Job(model=P70, tokens=2e12, sharding="zero3")
     assert min_gpus(job, sku) == 15
-    assert estimate(job, sku).gpus == 15
+    assert estimate(job, sku).gpus == 16        # whole nodes: 2 of 8 GPUs
 
 
 def test_unsharded_70b_never_fits_and_says_why() -> None:

@@ -62,13 +62,13 @@ def test_allreduce_time_from_busbw() -> None:
 
 
 def test_days_solve_for_gpus() -> None:
-    # 70B params, 2T tokens on H100: 589,582.9 GPU-hours / (30 days x 24 h) = 818.9 -> 819 GPUs.
-    # all-reduce at 819 GPUs (zero3: 1.5 x 140e9 = 210e9 bytes) across nodes at 370 GB/s:
-    # 210e9 x 2 x 818/819 / 370e9 = 1.1337 s < compute per step 6 x 70e9 x 4096 / (989.4e12 x 0.4) = 4.3469 s
+    # 70B params, 2T tokens on H100: 589,582.9 GPU-hours / (30 days x 24 h) = 818.9 -> 819 GPUs -> 103 whole
+    # nodes of 8 = 824 GPUs. all-reduce at 824 GPUs (zero3: 1.5 x 140e9 = 210e9 bytes) across nodes at 370 GB/s:
+    # 210e9 x 2 x 823/824 / 370e9 = 1.1338 s < compute per step 6 x 70e9 x 4096 / (989.4e12 x 0.4) = 4.3469 s
     result = estimate(Job(model=P70, tokens=2e12, days=30.0), H100)
-    assert result.gpus == 819
-    assert result.allreduce_s_per_step == pytest.approx(1.1337, rel=1e-3)
-    assert result.days == pytest.approx(589_582.9 / 819 / 24, rel=1e-6)
+    assert result.gpus == 824 and result.extra["nodes"] == 103
+    assert result.allreduce_s_per_step == pytest.approx(1.1338, rel=1e-3)
+    assert result.days == pytest.approx(589_582.9 / 824 / 24, rel=1e-6)
     assert result.days <= 30
 
 

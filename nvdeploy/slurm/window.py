@@ -23,6 +23,7 @@ from nvdeploy.slurm.source import FACTS_VAR
 
 ACTIONS_CHECK = "slurm.actions"
 BUSY_VAR = "slurm_busy"
+BUSY_REASON_VAR = "slurm_busy_reason"  # the heavy checks' ERROR reason there: busy, or not_run (jobs unknown)
 HEAVY_LEVELS = ("standard", "full")
 REOPEN_WAIT_S = 60.0
 
@@ -103,16 +104,28 @@ class SlurmWindow:
                 nodes = self._refresh()
             if (self.options.via == "slurm" and self.options.policy.resume_passed and self.reservation.created):
                 nodes = self._reopen(nodes)
+        unknown: dict[str, str] = {}
         if level in HEAVY_LEVELS and not self.options.allow_busy:
+            jobs: Optional[dict[str, list[str]]]
             try:
                 jobs = self.client.jobs_on([n for n, node in nodes.items() if node.busy])
-            except SlurmError:
-                jobs = {}  # the node's own state still says it is busy; only the job ids are missing
+            except SlurmError as exc:
+                jobs, unread = None, exc.message
             for name, node in nodes.items():
-                if node.busy and not (node.drained and not jobs.get(name)):
-                    held = ", ".join(jobs.get(name, [])) or f"{node.alloc_cpus} CPUs allocated"
+                if not node.busy:
+                    continue
+                if jobs is None and node.drained:
+                    # A draining node counts as empty only when squeue says so: a job list that could not be read
+                    # is unknown, and unknown is never idle (as the compute-apps guard has it).
+                    unknown[name] = (f"could not tell whether Slurm jobs still run on the node (node "
+                                     f"{node.short_state}; squeue: {unread}); heavy checks not run")
+                elif not (node.drained and not (jobs or {}).get(name)):
+                    held = ", ".join((jobs or {}).get(name, [])) or f"{node.alloc_cpus} CPUs allocated"
                     self.busy[name] = f"Slurm job(s) running: {held} (node {node.short_state}); heavy checks not run"
-        return with_facts(self.inventory, nodes, {n: {BUSY_VAR: text} for n, text in self.busy.items()})
+            self.busy.update(unknown)
+        extra = {n: {BUSY_VAR: text, **({BUSY_REASON_VAR: ErrorReason.NOT_RUN.value} if n in unknown else {})}
+                 for n, text in self.busy.items()}
+        return with_facts(self.inventory, nodes, extra)
 
     def _reopen(self, nodes: dict[str, SlurmNode]) -> dict[str, SlurmNode]:
         from nvdeploy.slurm.drain import is_ours

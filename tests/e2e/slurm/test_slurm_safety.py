@@ -5,8 +5,14 @@ unreadable job list is busy, and the ``--via slurm`` batch travels on stdin."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
 import pytest
-from slurm_harness import SlurmTestCluster
+from slurm_harness import PROFILE, SlurmTestCluster
 
 from nvdeploy.inventory import Host
 from nvdeploy.slurm.client import SlurmClient
@@ -35,3 +41,53 @@ def test_via_slurm_batch_larger_than_one_argv_word_travels_on_stdin(slurm: Slurm
     assert result.stdout == (words[0] + words[1]).encode()
     (step,) = pool.steps
     assert len(step["command"]) < 4096 and step["command"].endswith("<batch on stdin>")
+
+
+def run_nvdeploy(slurm: SlurmTestCluster, *args: str, path_first: Optional[Path] = None,
+                 timeout: float = 240) -> subprocess.CompletedProcess:
+    env = dict(slurm.env)
+    if path_first is not None:
+        env["PATH"] = f"{path_first}:{env.get('PATH', '/usr/bin:/bin')}"
+    return subprocess.run([sys.executable, "-m", "nvdeploy", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+
+
+def sim_inventory(tmp_path: Path, extra: str = "", vars_: str = "") -> Path:
+    path = tmp_path / "inv.yaml"
+    path.write_text(f"all:\n  vars: {{profile: {PROFILE}, cluster: sl, connection: sim{vars_}}}\n  children:\n"
+                    f"    gpu:\n      slurm: {{partition: debug, states: [idle, drained, draining, mixed, allocated]}}"
+                    f"\n{extra}")
+    return path
+
+
+def results(tmp_path: Path) -> dict:
+    (path,) = sorted((tmp_path / "out").glob("*/*/results.json"), key=lambda p: p.stat().st_mtime)[-1:]
+    return json.loads(path.read_text())
+
+
+def findings(data: dict, node: str, check: str) -> list[dict]:
+    return [f for n in data["nodes"] if n["name"] == node for f in n["findings"] if f["check"] == check]
+
+
+def test_unreadable_job_list_means_a_draining_node_is_not_idle(slurm: SlurmTestCluster, tmp_path: Path) -> None:
+    """squeue fails: a draining node whose jobs may still run gets no heavy test (ERROR not_run), never a DCGM
+    diag beside the job."""
+    submitted = slurm.cmd("sbatch", "-w", "node1", "-o", "/dev/null", "--wrap", "sleep 300")
+    assert submitted.returncode == 0, submitted.stderr
+    assert slurm.wait_for(lambda: slurm.states().get("node1") in ("mix", "alloc"), 30), slurm.states()
+    slurm.cmd("scontrol", "update", "nodename=node1", "state=drain", "reason=ops: retire after the job")
+    assert slurm.wait_for(lambda: slurm.states().get("node1") == "drng", 30), slurm.states()
+    broken = tmp_path / "bin"
+    broken.mkdir()
+    (broken / "squeue").write_text("#!/bin/sh\necho 'squeue: error: slurm_load_jobs error: Unable to contact "
+                                   "slurm controller (connect failure)' >&2\nexit 1\n")
+    (broken / "squeue").chmod(0o755)
+    done = run_nvdeploy(slurm, "validate", "-i", str(sim_inventory(tmp_path)), "--out", str(tmp_path / "out"),
+                        "--no-history", "--level", "standard", path_first=broken)
+    assert done.returncode == 3, done.stdout + done.stderr
+    data = results(tmp_path)
+    (diag,) = findings(data, "node1", "dcgm.diag_r2")
+    assert (diag["verdict"], diag["reason"]) == ("ERROR", "not_run"), diag
+    assert "could not tell whether Slurm jobs still run" in diag["summary"] and "Unable to contact" in diag["summary"]
+    assert [f["verdict"] for f in findings(data, "node1", "gpu.count")] == ["PASS"]  # the light checks ran
+    assert [f["verdict"] for f in findings(data, "node2", "dcgm.diag_r2")] == ["PASS"]

@@ -117,7 +117,8 @@ def validate_with_slurm(inv: Any, catalog: Any, options: Any, out_base: Path, fa
     from nvdeploy.slurm.window import SlurmRunOptions, SlurmWindow, exit_code, slurm_nodes_of
 
     run_options = SlurmRunOptions(
-        policy=Policy(slurm.drain_failed, slurm.drain_on_error, slurm.resume_passed), dry_run=slurm.dry_run,
+        policy=Policy(slurm.drain_failed, slurm.drain_on_error, slurm.resume_passed, level=level),
+        dry_run=slurm.dry_run,
         maintenance_s=slurm.maintenance_s, wait_drain_s=slurm.wait_drain_s,
         allow_busy=bool(getattr(options, "allow_busy", False)), via=slurm.via, timeout_s=slurm.slurm_timeout_s)
     if not run_options.needs_slurm and not slurm_nodes_of(inv):

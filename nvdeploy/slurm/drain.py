@@ -2,7 +2,8 @@
 ``sinfo -R``.
 
 The rule LBNL's NHC follows: nvdeploy resumes only nodes that nvdeploy itself drained (the reason starts with
-its prefix); a node drained by someone else keeps its state and reason whatever nvdeploy found. A failed node
+its prefix), and only when this run ran and passed every check the reason names (a quick run never resumes a node
+that DCGM failed); a node drained by someone else keeps its state and reason whatever nvdeploy found. A failed node
 already drained by someone else is not re-drained either: their reason is the one that counts. Pure: the
 commands are run by :func:`apply_actions` through a :class:`SlurmClient`.
 """
@@ -59,11 +60,56 @@ def _part(finding: Finding) -> str:
 def build_reason(run_label: str, findings: Iterable[Finding], verdicts: Sequence[Verdict] = (Verdict.FAIL,),
                  limit: int = REASON_MAX) -> str:
     """``nvdeploy <run>: gpu.count 7/8, kmsg.xid 79`` from the findings with the given verdicts, one line,
-    control characters removed, cut to ``limit`` characters (quotes and ``$`` stay: it is one argv word)."""
-    parts = list(dict.fromkeys(_part(f) for f in findings if f.verdict in verdicts))
-    text = f"{PREFIX}{run_label}: " + (", ".join(parts) or "failed")
-    text = _CONTROL.sub(" ", text)
+    control characters removed, cut to ``limit`` characters (quotes and ``$`` stay: it is one argv word). Too
+    long with the observed values, it names the checks alone: a later ``--resume-passed`` reads them back
+    (:func:`reason_checks`)."""
+    chosen = [f for f in findings if f.verdict in verdicts]
+    head = f"{PREFIX}{run_label}: "
+    text = _CONTROL.sub(" ", head + (", ".join(dict.fromkeys(_part(f) for f in chosen)) or "failed"))
+    if len(text) > limit:
+        text = _CONTROL.sub(" ", head + ", ".join(dict.fromkeys(f.check for f in chosen)))
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_CHECK_ID = re.compile(r"^[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+$")
+
+
+def reason_checks(reason: str) -> Optional[tuple[str, ...]]:
+    """The checks an nvdeploy drain reason names (``gpu.count 7/8, dcgm.diag_r2 Fail`` -> both ids), or None
+    when that cannot be told: not ours, cut short (``...``), or a part that does not start with a check id."""
+    match = _OURS.match(reason or "")
+    if match is None:
+        return None
+    body = reason[match.end():].strip()
+    if not body or body.endswith("..."):
+        return None
+    names = tuple(dict.fromkeys(part.strip().split(" ", 1)[0] for part in body.split(", ")))
+    return names if names and all(_CHECK_ID.match(n) for n in names) else None
+
+
+def resume_blocked(reason: str, findings: Sequence[Finding], level: str = "") -> Optional[str]:
+    """Why a PASS node drained with ``reason`` must stay drained, or None when it may be resumed: this run must
+    have run and passed every check the reason names (when the reason does not say which, a ``full`` run)."""
+    named = reason_checks(reason)
+    if named is None:
+        if level == "full":
+            return None
+        return ("its drain reason does not name every check it failed; only a --level full run can resume it "
+                f"(this run: {level or 'quick checks'})")
+    verdicts: dict[str, list[Verdict]] = {}
+    for finding in findings:
+        verdicts.setdefault(finding.check, []).append(finding.verdict)
+    not_run = [c for c in named if c not in verdicts]
+    not_passed = [c for c in named if c in verdicts and not all(v is Verdict.PASS for v in verdicts[c])]
+    if not (not_run or not_passed):
+        return None
+    parts = []
+    if not_run:
+        parts.append(f"this run did not run {', '.join(not_run)}")
+    if not_passed:
+        parts.append(f"{', '.join(not_passed)} did not PASS")
+    return "; ".join(parts) + " (named in its drain reason): run the level that has " + \
+        ("them" if len(not_run) + len(not_passed) > 1 else "it") + " to resume it"
 
 
 @dataclass(frozen=True)
@@ -91,6 +137,9 @@ class Policy:
     # node-check resumes only what node-check drained: a node drained by a full validation (DCGM failed) must not
     # come back because the quick checks pass.
     resume_node_check_only: bool = False
+    # The run's level (quick, standard, full): a resume needs every check its drain reason names to have passed
+    # in this run, or a full run when the reason does not say (resume_blocked).
+    level: str = ""
 
     @property
     def active(self) -> bool:
@@ -123,6 +172,9 @@ def plan_action(name: str, verdict: Verdict, findings: Sequence[Finding], slurm:
             who = "a full nvdeploy validation" if is_ours(reason) else "someone else"
             return Action(name, "leave", f"left drained: reason set by {who} ({slurm.reason_user or '?'}: "
                                          f"{reason})")
+        blocked = resume_blocked(reason, findings, policy.level)
+        if blocked:
+            return Action(name, "leave", f"left drained: {blocked} ({reason})")
         return Action(name, "resume", f"resumed: passed, drained earlier by nvdeploy ({reason})")
     if drained and not is_ours(reason):
         return Action(name, "leave", f"left drained: reason set by someone else ({reason})")

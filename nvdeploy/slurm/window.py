@@ -148,13 +148,20 @@ class SlurmWindow:
                 return nodes
             time.sleep(1.0)
 
-    def _settle_reopened(self, actions: list[Action]) -> list[Action]:
-        """A reopened node that passed stays resumed; one that did not is drained again (new or old reason)."""
+    def _settle_reopened(self, actions: list[Action], nodes: list[NodeResult]) -> list[Action]:
+        """A reopened node that passed every check its old reason names stays resumed; any other is drained again
+        (new or old reason)."""
+        from nvdeploy.slurm.drain import resume_blocked
+
+        findings = {n.name: n.findings for n in nodes}
         out = []
         for action in actions:
             old = self.reopened.get(action.node)
             if old is not None and action.action == "none":
-                if action.message.startswith("passed"):
+                blocked = resume_blocked(old, findings.get(action.node, ()), self.options.policy.level)
+                if action.message.startswith("passed") and blocked:
+                    action = Action(action.node, "drain", f"drained again: {blocked}; earlier reason restored", old)
+                elif action.message.startswith("passed"):
                     action = Action(action.node, "resume", f"resumed: passed, drained earlier by nvdeploy ({old})",
                                     status="done", command=f"scontrol update nodename={action.node} state=resume")
                 else:
@@ -205,7 +212,7 @@ class SlurmWindow:
                     planned = [a if a.action not in ("drain", "resume") else
                                replace(a, action="none", message="run interrupted: no scheduler action")
                                for a in planned]
-                planned = self._settle_reopened(planned)
+                planned = self._settle_reopened(planned, nodes)
                 actions = apply_actions(planned, self.client)
                 failed_steps += [f"{a.action} {a.node}: {a.error}" for a in actions if a.status == "failed"]
         self.close()

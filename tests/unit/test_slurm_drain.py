@@ -96,3 +96,30 @@ def test_dry_run_prints_and_runs_nothing_and_failures_keep_slurms_words() -> Non
     (bad,) = apply_actions([action], SlurmClient(runner=failing))
     assert bad.status == "failed" and bad.error == "slurm_update error: Unable to contact slurm controller " \
                                                   "(connect failure)"
+
+
+def test_resume_needs_every_check_of_the_drain_reason_run_and_passed_in_this_run() -> None:
+    from nvdeploy.slurm.drain import reason_checks, resume_blocked
+
+    dcgm = node(flags=("DRAIN",), reason=f"nvdeploy {RUN}: dcgm.diag_r2 Fail, gpu.count 7/8")
+    assert reason_checks(dcgm.reason) == ("dcgm.diag_r2", "gpu.count")
+    quick = plan_action("gpu007", Verdict.PASS, [OK], dcgm, Policy(resume_passed=True, level="quick"), RUN)
+    assert quick.action == "leave" and "this run did not run dcgm.diag_r2" in quick.message
+    diag_ok = Finding("dcgm.diag_r2", Verdict.PASS, "pass")
+    standard = Policy(resume_passed=True, level="standard")
+    assert plan_action("gpu007", Verdict.PASS, [OK, diag_ok], dcgm, standard, RUN).action == "resume"
+    skipped = Finding("dcgm.diag_r2", Verdict.SKIP, "n/a")
+    assert "dcgm.diag_r2 did not PASS" in (resume_blocked(dcgm.reason, [OK, skipped]) or "")
+    # A reason that does not say which checks failed (cut short, or none named): only a full run resumes.
+    cut = f"nvdeploy {RUN}: gpu.count 7/8, kmsg.x..."
+    assert reason_checks(cut) is None and reason_checks(f"nvdeploy {RUN}: failed") is None
+    assert "only a --level full run" in (resume_blocked(cut, [OK], "standard") or "")
+    assert resume_blocked(cut, [OK], "full") is None
+
+
+def test_a_long_reason_keeps_every_check_name() -> None:
+    from nvdeploy.slurm.drain import reason_checks
+
+    wordy = [Finding(f"check.c{i}", Verdict.FAIL, "x", observed="a long observed value " * 3) for i in range(6)]
+    text = build_reason(RUN, wordy)
+    assert len(text) <= REASON_MAX and reason_checks(text) == tuple(f"check.c{i}" for i in range(6))

@@ -91,3 +91,44 @@ def test_unreadable_job_list_means_a_draining_node_is_not_idle(slurm: SlurmTestC
     assert "could not tell whether Slurm jobs still run" in diag["summary"] and "Unable to contact" in diag["summary"]
     assert [f["verdict"] for f in findings(data, "node1", "gpu.count")] == ["PASS"]  # the light checks ran
     assert [f["verdict"] for f in findings(data, "node2", "dcgm.diag_r2")] == ["PASS"]
+
+
+DCGM_REASON = "nvdeploy 20261130T010000Z-aaaaaa: dcgm.diag_r2 Fail"
+
+
+def slurm_phase(data: dict) -> dict:
+    (phase,) = [p for p in data["phases"] if p["phase"] == "slurm"]
+    return phase
+
+
+def test_resume_passed_needs_the_checks_named_in_the_drain_reason(slurm: SlurmTestCluster, tmp_path: Path) -> None:
+    """A node a standard run drained for DCGM, the fault still there: a quick run (no DCGM) says PASS but leaves it
+    drained, saying why; a standard run that passes DCGM resumes it."""
+    slurm.cmd("scontrol", "update", "nodename=node2", "state=drain", f"reason={DCGM_REASON}")
+    extra = "      hosts:\n        node2: {sim_faults: ['dcgm_fail:memory']}\n"
+    common = ("--out", str(tmp_path / "out"), "--no-history", "--resume-passed")
+    quick = run_nvdeploy(slurm, "validate", "-i", str(sim_inventory(tmp_path, extra)), *common)
+    assert quick.returncode == 0, quick.stdout + quick.stderr
+    assert slurm.reasons().get("node2") == DCGM_REASON and slurm.states()["node2"] == "drain"
+    actions = {a["node"]: a for a in slurm_phase(results(tmp_path))["actions"]}
+    assert actions["node2"]["action"] == "leave", actions
+    assert "this run did not run dcgm.diag_r2 (named in its drain reason)" in actions["node2"]["message"]
+    standard = run_nvdeploy(slurm, "validate", "-i", str(sim_inventory(tmp_path)), *common, "--level", "standard")
+    assert standard.returncode == 0, standard.stdout + standard.stderr
+    assert "node2" not in slurm.reasons() and slurm.states()["node2"] == "idle"
+
+
+def test_resume_passed_inside_the_reservation_drains_a_node_not_rechecked_again(slurm: SlurmTestCluster,
+                                                                              tmp_path: Path) -> None:
+    """--via slurm --maintenance resumes our drained nodes inside the reservation to reach them; one whose drain
+    reason names a check this run did not run is drained again with that reason."""
+    slurm.cmd("scontrol", "update", "nodename=node2", "state=drain", f"reason={DCGM_REASON}")
+    path = tmp_path / "srun.yaml"
+    path.write_text(f"all:\n  vars: {{profile: {PROFILE}, cluster: sl, command_timeout: 60}}\n  children:\n"
+                    "    gpu:\n      slurm: {partition: debug, states: [idle, drained], timeout: 20}\n")
+    done = run_nvdeploy(slurm, "validate", "-i", str(path), "--out", str(tmp_path / "out"), "--no-history",
+                        "--via", "slurm", "--maintenance", "30m", "--resume-passed")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert slurm.reasons().get("node2") == DCGM_REASON and slurm.states()["node2"] == "drain"
+    actions = {a["node"]: a for a in slurm_phase(results(tmp_path))["actions"]}
+    assert actions["node2"]["action"] == "drain" and "this run did not run dcgm.diag_r2" in actions["node2"]["message"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import re
+import signal
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -112,8 +113,11 @@ def validate_with_slurm(inv: Any, catalog: Any, options: Any, out_base: Path, fa
                         slurm: SlurmCli, echo: Callable[[str], None]) -> Any:
     """run_validate inside the Slurm steps; returns a ValidateOutcome whose exit code counts them."""
     from nvdeploy.phases.validate import ValidateOutcome, new_run_id, run_validate
+    from nvdeploy.record import safe_name
     from nvdeploy.report import write_reports
     from nvdeploy.slurm.client import SlurmClient, SlurmError
+    from nvdeploy.slurm.journal import FILE as JOURNAL_FILE
+    from nvdeploy.slurm.journal import SchedulerJournal
     from nvdeploy.slurm.window import SlurmRunOptions, SlurmWindow, exit_code, slurm_nodes_of
 
     run_options = SlurmRunOptions(
@@ -124,8 +128,14 @@ def validate_with_slurm(inv: Any, catalog: Any, options: Any, out_base: Path, fa
     if not run_options.needs_slurm and not slurm_nodes_of(inv):
         return run_validate(inv, catalog, options, out_base, fail_on_warn=fail_on_warn, level=level)
     client = SlurmClient(timeout_s=slurm.slurm_timeout_s, dry_run=slurm.dry_run)
-    window = SlurmWindow(inv, run_options, client, echo)
     run_id = new_run_id()
+    run_dir = out_base / safe_name(inv.cluster) / run_id
+    changes = not slurm.dry_run and (run_options.policy.active or slurm.maintenance_s is not None)
+    if changes:
+        _recover_dead_runs(run_dir.parent, client, echo)
+    journal = SchedulerJournal(run_dir / JOURNAL_FILE, run_id) if changes else None
+    window = SlurmWindow(inv, run_options, client, echo, journal=journal)
+    hangup = _hangup_as_sigterm()
     try:
         try:
             inv = window.open(run_id, level)
@@ -159,4 +169,107 @@ def validate_with_slurm(inv: Any, catalog: Any, options: Any, out_base: Path, fa
             echo(f"dry-run: {line}")
         return ValidateOutcome(run, outcome.run_dir, reports, exit_code(outcome.exit_code, failed))
     finally:
-        window.close()
+        try:
+            if journal is not None and not journal.finished:
+                _restore(journal, client, run_dir, echo)
+            window.close()
+        finally:
+            if hangup is not None:
+                signal.signal(signal.SIGHUP, hangup)
+
+
+def _hangup_as_sigterm() -> Any:
+    """SIGHUP (the operator's SSH session dropped) stops the run as SIGTERM does, so the scheduler is put back;
+    returns the handler to restore (None: left alone, e.g. under nohup, where it is ignored)."""
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_DFL:
+        return None
+
+    def handler(signum: int, frame: Any) -> None:
+        # Whatever handles SIGTERM at this moment (the engine defers it while a result is handed on).
+        term = signal.getsignal(signal.SIGTERM)
+        if callable(term):
+            term(signal.SIGTERM, frame)
+        else:
+            from nvdeploy.engine import Interrupted
+
+            raise Interrupted(143)
+
+    return signal.signal(signal.SIGHUP, handler)
+
+
+def _restore(journal: Any, client: Any, run_dir: Path, echo: Callable[[str], None]) -> None:
+    """The run ended before its scheduler steps did: put them back from the journal. SIGTERM and SIGHUP wait
+    until it is done (each Slurm command is bounded); Ctrl-C still stops it, and the journal keeps what is left."""
+    from nvdeploy.slurm.journal import recover
+
+    held = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        failed = recover(journal, client, _quiet(echo))
+    finally:
+        for signum, previous in held.items():
+            signal.signal(signum, previous)
+    if failed:
+        _quiet(echo)(f"slurm: NOT restored: {'; '.join(failed[:5])}; run `nvdeploy slurm recover {run_dir}` once "
+                     "Slurm answers")
+
+
+def _quiet(echo: Callable[[str], None]) -> Callable[[str], None]:
+    """echo that never raises: after SIGHUP the terminal is gone, and a write error must not stop a restore."""
+    def say(text: str) -> None:
+        try:
+            echo(text)
+        except Exception:  # noqa: BLE001 - EIO/EPIPE on a closed terminal
+            pass
+
+    return say
+
+
+def _recover_dead_runs(cluster_dir: Path, client: Any, echo: Callable[[str], None]) -> None:
+    """Before this run changes anything: what an earlier run of this output folder left half done when it was
+    killed (SIGKILL, a crash, power) is put back first."""
+    from nvdeploy.slurm.journal import SchedulerJournal, recover, unfinished_runs
+
+    for folder in unfinished_runs(cluster_dir):
+        echo(f"slurm: run {folder.name} ended without putting the scheduler back; recovering it first")
+        failed = recover(SchedulerJournal.load(folder), client, echo)
+        if failed:
+            echo(f"slurm: NOT recovered: {'; '.join(failed[:5])}; run `nvdeploy slurm recover {folder}`")
+
+
+@click.group("slurm")
+def slurm_group() -> None:
+    """Slurm steps outside a validation run."""
+
+
+@slurm_group.command("recover")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Recover even if the run's process still seems to run.")
+@click.option("--slurm-timeout", "slurm_timeout_s", type=click.FloatRange(min=1), default=30.0, show_default=True)
+def recover_command(run_dir: Path, force: bool, slurm_timeout_s: float) -> None:
+    """Put back what RUN_DIR's run left half done in Slurm (killed, crashed): its reservation deleted, nodes it
+    resumed for validation drained again unless it judged them fit, the drains it decided done.
+    Exit 0 done (or nothing to do), 2 not a run folder, 3 some step failed (run it again)."""
+    from nvdeploy.slurm.client import SlurmClient
+    from nvdeploy.slurm.journal import JournalError, SchedulerJournal, recover
+
+    try:
+        journal = SchedulerJournal.load(run_dir)
+    except JournalError as exc:
+        click.echo(f"nvdeploy: error: {exc}", err=True)
+        raise click.exceptions.Exit(2) from None
+    if journal.finished:
+        click.echo(f"slurm recover: {run_dir.name}: nothing to do (the run finished its scheduler steps)")
+        raise click.exceptions.Exit(0)
+    if journal.alive() and not force:
+        click.echo(f"nvdeploy: error: the run's process {journal.pid} still runs: it puts Slurm back itself when "
+                   "it ends (--force to recover anyway)", err=True)
+        raise click.exceptions.Exit(2)
+    failed = recover(journal, SlurmClient(timeout_s=slurm_timeout_s), click.echo)
+    if failed:
+        click.echo(f"slurm recover: NOT done: {'; '.join(failed)}", err=True)
+        raise click.exceptions.Exit(3)
+    click.echo(f"slurm recover: {run_dir.name}: done" + ("" if journal.recovered else " (nothing was left to do)"))
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(slurm_group)

@@ -18,6 +18,7 @@ from nvdeploy.slurm import reservation as resv
 from nvdeploy.slurm.client import SlurmClient, SlurmError
 from nvdeploy.slurm.drain import Action, Policy, apply_actions, plan_actions
 from nvdeploy.slurm.findings import gres_finding
+from nvdeploy.slurm.journal import SchedulerJournal
 from nvdeploy.slurm.nodes import SlurmNode, node_from_facts
 from nvdeploy.slurm.source import FACTS_VAR
 
@@ -73,6 +74,9 @@ class SlurmWindow:
     # --via slurm in a maintenance reservation: nodes nvdeploy drained earlier are resumed INSIDE the reservation
     # (only this run can start jobs there) so the step can reach them; node -> the reason they had.
     reopened: dict[str, str] = field(default_factory=dict)
+    # Every change is written here first (slurm-state.json in the run folder): whatever ends the run, the
+    # scheduler can be put back (journal.recover). None: nothing is changed (dry-run) or nothing is kept.
+    journal: Optional[SchedulerJournal] = None
 
     @property
     def names(self) -> list[str]:
@@ -92,7 +96,11 @@ class SlurmWindow:
                         or self.options.via == "slurm"):
             raise SlurmError(["sinfo"], f"Slurm knows no node {', '.join(missing[:5])}"
                              f"{' ...' if len(missing) > 5 else ''} of the inventory")
+        if self.journal is not None:
+            self.journal.begin([nodes[n] for n in self.names if n in nodes])
         if self.options.maintenance_s is not None:
+            if self.journal is not None:
+                self.journal.will_reserve(resv.reservation_name(run_id))
             self.reservation = resv.create(self.client, run_id, self.names, self.options.maintenance_s)
             self.echo(f"slurm: reservation {self.reservation.name} (flags=maint) on {len(self.names)} node(s)"
                       + (" [dry-run]" if self.options.dry_run else ""))
@@ -132,8 +140,10 @@ class SlurmWindow:
 
         for name, node in nodes.items():
             if node.drained and is_ours(node.reason) and not node.busy:
-                self.client.resume(name)
+                if self.journal is not None:
+                    self.journal.will_reopen(name, node.reason)
                 self.reopened[name] = node.reason
+                self.client.resume(name)
         if not self.reopened:
             return nodes
         self.notes.append(f"resumed inside the reservation for validation (drained earlier by nvdeploy): "
@@ -213,11 +223,15 @@ class SlurmWindow:
                                replace(a, action="none", message="run interrupted: no scheduler action")
                                for a in planned]
                 planned = self._settle_reopened(planned, nodes)
+                if self.journal is not None:
+                    self.journal.will_apply(planned)
                 actions = apply_actions(planned, self.client)
                 failed_steps += [f"{a.action} {a.node}: {a.error}" for a in actions if a.status == "failed"]
         self.close()
         if self.reservation is not None and self.reservation.error:
             failed_steps.append(self.reservation.error)
+        if self.journal is not None and not failed_steps:
+            self.journal.finish()
         entry = self._entry(actions, failed_steps)
         cluster = list(run.cluster_findings)
         if failed_steps:

@@ -6,8 +6,12 @@ unreadable job list is busy, and the ``--via slurm`` batch travels on stdin."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -132,3 +136,165 @@ def test_resume_passed_inside_the_reservation_drains_a_node_not_rechecked_again(
     assert slurm.reasons().get("node2") == DCGM_REASON and slurm.states()["node2"] == "drain"
     actions = {a["node"]: a for a in slurm_phase(results(tmp_path))["actions"]}
     assert actions["node2"]["action"] == "drain" and "this run did not run dcgm.diag_r2" in actions["node2"]["message"]
+
+
+OURS_FAULTY = "nvdeploy 20261130T010000Z-aaaaaa: gpu.count 7/8"
+OURS_FIXED = "nvdeploy 20261130T010000Z-bbbbbb: gpu.count 7/8"
+# What the run does to the scheduler, in order: each can be where a SIGKILL lands.
+WRAPPED = """#!/bin/sh
+case "$*" in
+  *"create reservation"*) step=create;;
+  *"delete reservationname"*) step=delete;;
+  *"state=resume"*) step=resume;;
+  *"state=drain"*) step=drain;;
+  *) exec {real} "$@";;
+esac
+echo "$step" >>"$NVD_STEP_LOG"
+[ "$NVD_KILL_AT" = "$step:before" ] && {{ kill -9 $PPID; exit 1; }}
+{real} "$@"; rc=$?
+[ "$NVD_KILL_AT" = "$step:after" ] && kill -9 $PPID
+exit $rc
+"""
+SRUN = """#!/bin/sh
+echo srun >>"$NVD_STEP_LOG"
+[ "$NVD_KILL_AT" = "srun:before" ] && {{ kill -9 $PPID; exit 1; }}
+exec {real} "$@"
+"""
+
+
+def window_setup(slurm: SlurmTestCluster, tmp_path: Path, faults_node1: tuple = ()) -> Path:
+    """node2: drained by an earlier run and still faulty; node3: newly faulty; node4: drained by an earlier run,
+    fixed since. The inventory: --via slurm over the debug partition."""
+    slurm.cmd("scontrol", "update", "nodename=node2", "state=drain", f"reason={OURS_FAULTY}")
+    slurm.cmd("scontrol", "update", "nodename=node4", "state=drain", f"reason={OURS_FIXED}")
+    slurm.set_faults("node1", faults_node1)
+    slurm.set_faults("node2", ("gpu_missing",))
+    slurm.set_faults("node3", ("gpu_missing",))
+    path = tmp_path / "srun.yaml"
+    path.write_text(f"all:\n  vars: {{profile: {PROFILE}, cluster: sl, command_timeout: 200}}\n  children:\n"
+                    "    gpu:\n      slurm: {partition: debug, states: [idle, drained], timeout: 20}\n")
+    return path
+
+
+def wrappers(tmp_path: Path) -> Path:
+    folder = tmp_path / "wrap"
+    folder.mkdir(exist_ok=True)
+    for name, text in (("scontrol", WRAPPED), ("srun", SRUN)):
+        real = shutil.which(name)
+        assert real is not None
+        (folder / name).write_text(text.format(real=real))
+        (folder / name).chmod(0o755)
+    return folder
+
+
+WINDOW_ARGS = ("--via", "slurm", "--maintenance", "30m", "--drain-failed", "--resume-passed")
+
+
+def run_dir_of(tmp_path: Path) -> Path:
+    (state,) = (tmp_path / "out").glob("sl/*/slurm-state.json")
+    return state.parent
+
+
+def no_reservation(slurm: SlurmTestCluster) -> bool:
+    return "nvdeploy-" not in slurm.cmd("scontrol", "show", "reservation").stdout
+
+
+@pytest.mark.parametrize("kill_at", ["create:before", "create:after", "resume:after", "srun:before", "drain:after",
+                                     "delete:before"])
+def test_sigkill_at_each_step_of_the_window_then_recover(slurm: SlurmTestCluster, tmp_path: Path,
+                                                         kill_at: str) -> None:
+    """SIGKILL wherever it lands, then ``nvdeploy slurm recover``: no failed node schedulable, no reservation."""
+    path = window_setup(slurm, tmp_path)
+    log = tmp_path / "steps.log"
+    env = dict(slurm.env, PATH=f"{wrappers(tmp_path)}:{slurm.env.get('PATH', os.environ['PATH'])}",
+               NVD_KILL_AT=kill_at, NVD_STEP_LOG=str(log))
+    killed = subprocess.run([sys.executable, "-m", "nvdeploy", "validate", "-i", str(path), "--out",
+                             str(tmp_path / "out"), "--no-history", *WINDOW_ARGS], capture_output=True, text=True,
+                            timeout=240, env=env, stdin=subprocess.DEVNULL)
+    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stdout + killed.stderr)
+    print(f"\nkilled at {kill_at}; steps: {log.read_text().split()}; states: {slurm.states()}")
+    run_dir = run_dir_of(tmp_path)
+    assert not json.loads((run_dir / "slurm-state.json").read_text())["finished"]
+    recovered = run_nvdeploy(slurm, "slurm", "recover", str(run_dir))
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    states, reasons = slurm.states(), slurm.reasons()
+    assert states["node2"] == "drain" and reasons["node2"].startswith("nvdeploy "), (states, reasons)
+    decided = kill_at in ("drain:after", "delete:before")  # the run had judged the nodes and written its plan
+    if decided:
+        assert states["node3"] == "drain" and "gpu.count 7/8" in reasons["node3"], (states, reasons)
+        assert states["node4"] == "idle", states  # passed, resumed by the run's decision
+    else:
+        assert states["node3"] == "idle"  # never judged: as it was before the run
+        assert reasons.get("node4") == OURS_FIXED and states["node4"] == "drain"  # not re-checked: drained again
+    assert no_reservation(slurm)
+    assert slurm.wait_for(lambda: not slurm.jobs(), 30), slurm.jobs()
+    again = run_nvdeploy(slurm, "slurm", "recover", str(run_dir))
+    assert again.returncode == 0 and "nothing to do" in again.stdout, again.stdout + again.stderr
+
+
+def test_the_next_run_recovers_what_a_killed_run_left(slurm: SlurmTestCluster, tmp_path: Path) -> None:
+    path = window_setup(slurm, tmp_path)
+    env = dict(slurm.env, PATH=f"{wrappers(tmp_path)}:{slurm.env.get('PATH', os.environ['PATH'])}",
+               NVD_KILL_AT="srun:before", NVD_STEP_LOG=str(tmp_path / "steps.log"))
+    killed = subprocess.run([sys.executable, "-m", "nvdeploy", "validate", "-i", str(path), "--out",
+                             str(tmp_path / "out"), "--no-history", *WINDOW_ARGS], capture_output=True, text=True,
+                            timeout=240, env=env, stdin=subprocess.DEVNULL)
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    assert slurm.states()["node2"] in ("idle", "maint")  # resumed inside the reservation; the run is gone
+    dead = run_dir_of(tmp_path).name
+    following = run_nvdeploy(slurm, "validate", "-i", str(sim_inventory(tmp_path)), "--out", str(tmp_path / "out"),
+                             "--no-history", "--drain-failed")
+    assert f"slurm: run {dead} ended without putting the scheduler back; recovering it first" in following.stderr
+    assert slurm.states()["node2"] == "drain" and slurm.reasons()["node2"].startswith("nvdeploy ")
+    assert no_reservation(slurm)
+
+
+@pytest.mark.parametrize("ending,code", [("SIGINT", 130), ("SIGTERM", 143), ("SIGHUP", 143)])
+def test_signal_during_validation_puts_the_reopened_nodes_back(slurm: SlurmTestCluster, tmp_path: Path,
+                                                               ending: str, code: int) -> None:
+    path = window_setup(slurm, tmp_path, faults_node1=("hang",))
+    proc = slurm.popen("validate", "-i", str(path), "--out", str(tmp_path / "out"), "--no-history", *WINDOW_ARGS)
+    try:
+        assert slurm.wait_for(lambda: any("nvdeploy" in j for j in slurm.jobs()), 60), slurm.jobs()
+        assert "drain" not in slurm.states()["node2"]  # resumed inside the reservation: in the step now
+        time.sleep(1.0)
+        proc.send_signal(getattr(signal, ending))
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code, out + err
+    states, reasons = slurm.states(), slurm.reasons()
+    assert reasons.get("node2") == OURS_FAULTY and states["node2"] == "drain", (states, reasons)
+    assert reasons.get("node4") == OURS_FIXED and states["node4"] == "drain", (states, reasons)
+    assert no_reservation(slurm)
+    assert json.loads((run_dir_of(tmp_path) / "slurm-state.json").read_text())["finished"]
+    assert slurm.wait_for(lambda: not slurm.jobs(), 30), slurm.jobs()
+
+
+def test_an_error_after_validation_puts_the_reopened_nodes_back(slurm: SlurmTestCluster, tmp_path: Path) -> None:
+    path = window_setup(slurm, tmp_path)
+    inject = ("import sys, nvdeploy.slurm.window as w\n"
+              "def boom(*args, **kwargs):\n    raise RuntimeError('boom after validation')\n"
+              "w.SlurmWindow.finish = boom\nfrom nvdeploy.cli import main\nsys.argv[0] = 'nvdeploy'\nmain()\n")
+    done = subprocess.run([sys.executable, "-c", inject, "validate", "-i", str(path), "--out", str(tmp_path / "out"),
+                           "--no-history", *WINDOW_ARGS], capture_output=True, text=True, timeout=240,
+                          env=slurm.env, stdin=subprocess.DEVNULL)
+    assert done.returncode != 0 and "boom after validation" in done.stderr, done.stdout + done.stderr
+    states, reasons = slurm.states(), slurm.reasons()
+    assert reasons.get("node2") == OURS_FAULTY and states["node2"] == "drain", (states, reasons)
+    assert reasons.get("node4") == OURS_FIXED and states["node4"] == "drain", (states, reasons)
+    assert no_reservation(slurm)
+
+
+def test_normal_end_finishes_the_journal(slurm: SlurmTestCluster, tmp_path: Path) -> None:
+    path = window_setup(slurm, tmp_path)
+    done = run_nvdeploy(slurm, "validate", "-i", str(path), "--out", str(tmp_path / "out"), "--no-history",
+                        *WINDOW_ARGS)
+    assert done.returncode == 1, done.stdout + done.stderr
+    states = slurm.states()
+    assert (states["node2"], states["node3"], states["node4"]) == ("drain", "drain", "idle"), states
+    journal = json.loads((run_dir_of(tmp_path) / "slurm-state.json").read_text())
+    assert journal["finished"] and journal["prior"]["node2"] == {"state": "drained", "drained": True,
+                                                                 "reason": OURS_FAULTY}
+    assert no_reservation(slurm)

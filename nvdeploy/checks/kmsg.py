@@ -98,6 +98,10 @@ def xid_events(ctx: NodeContext) -> list[Finding]:
     faults and only WARN; an Xid not in the table is WARN/INVESTIGATE. The Xid lines are quoted as evidence.
     A log over the capture cap keeps its newest part: the findings say how much older log was not read, and no
     Xid in a cut log is WARN (INVESTIGATE), not PASS.
+
+    A GPU the driver could not initialise (``NVRM: GPU 0000:41:00.0: RmInitAdapter failed! (0x62:0x40:2404)``)
+    FAILs (ISOLATE) naming its PCI address and the failure: nvidia-smi and NVML do not list such a GPU, so the
+    node is a GPU short, and no Xid is logged for it.
     """
     gated = kmsg_gate(ctx, "kmsg.xid")
     if gated:
@@ -105,7 +109,7 @@ def xid_events(ctx: NodeContext) -> list[Finding]:
     note = truncation_note(ctx.results[KMSG])
     facts = ctx.facts[KMSG]
     version, catalog = xid_catalog()
-    findings = []
+    findings = _init_failures(ctx, facts, note)
     for xid, count in sorted(((int(k), v) for k, v in facts.xid_counts.items())):
         entry = catalog.get(xid, {"severity": "WARN", "action": "INVESTIGATE", "text": "Xid not in the catalog"})
         events = [e for e in facts.xid_events if e.xid == xid]
@@ -119,6 +123,25 @@ def xid_events(ctx: NodeContext) -> list[Finding]:
     if findings:
         return findings
     return _nothing_found(ctx, "kmsg.xid", f"Xid events (Xid catalog {version})", note)
+
+
+def _init_failures(ctx: NodeContext, facts: Any, note: Optional[str]) -> list[Finding]:
+    """One FAIL per GPU with ``RmInitAdapter failed!`` lines."""
+    by_gpu: dict[str, list[Any]] = {}
+    for event in getattr(facts, "init_failures", ()):
+        by_gpu.setdefault(event.pci, []).append(event)
+    findings = []
+    for pci, events in sorted(by_gpu.items()):
+        codes = sorted({e.code for e in events if e.code})
+        code = f" ({', '.join(codes)})" if codes else ""
+        summary = (f"GPU {pci} failed to initialise: RmInitAdapter failed!{code} x{len(events)}. The driver does not "
+                   "list this GPU (nvidia-smi, NVML), so the node is short a GPU: reseat or replace it (check its "
+                   f"power, PCIe link and firmware) after a reboot confirms it. First: {events[0].line.strip()[:300]}")
+        findings.append(ctx.finding("kmsg.xid", Verdict.FAIL, _with_note(summary, note),
+                                    observed=f"RmInitAdapter failed{code} x{len(events)} on {pci}",
+                                    expected="every GPU initialised", remediation=Remediation.ISOLATE,
+                                    collector=KMSG))
+    return findings
 
 
 def _switch_label(event: Any) -> str:

@@ -50,8 +50,8 @@ _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
                               r"|Test (?:NCCL|CUDA) failure|Collective test starting", _M)),
     ("ibstat", re.compile(r"^\s*CA\s+'[^']+'\s*$|^\s*hca_id\s*:|^\s*Infiniband device\s+'[^']+'\s+port", _M | _I)),
     ("kmsg", re.compile(r"NVRM: Xid\b|\bXid\s*\(PCI:|\bSXid\s*\(")),
-    ("nvidia-smi-text", re.compile(r"=+\s*NVSMI LOG\s*=+|^\s*Attached GPUs\s*:|NVIDIA-SMI\s+\S+\s+Driver Version:",
-                                   _M)),
+    ("nvidia-smi-text", re.compile(r"=+\s*NVSMI LOG\s*=+|^\s*Attached GPUs\s*:|"
+                                   r"NVIDIA-SMI\s+\S+\s+(?:Driver|KMD) Version:", _M)),
     ("nvidia-smi-topo", re.compile(r"^\s*GPU0\b.*\b(?:CPU Affinity|NUMA Affinity|GPU\d+)\b", _M)),
     ("nvidia-smi-nvlink", re.compile(r"^\s*Link\s+\d+\s*:\s*(?:[\d.]+\s*[GMT]?B/s|<inactive>)"
                                      r"|nvlink (?:queries|information)|does not have or support nvlink", _M | _I)),

@@ -3,14 +3,15 @@
 Lines are searched, not anchored, so any timestamp or syslog prefix (``[  888.3]``, ``[Sun Feb 23 16:24:18 2025]``,
 ``Oct 30 09:49:36 host kernel:``, ``kern  :err   :``) is accepted. Continuation lines (journalctl's indented
 wrap, GSP RPC history tables, call traces) never start an event. NVSwitch ``SXid`` lines are SXid events and are
-never counted as Xid. A log cut to its newest bytes (``partial_first_line=True``) starts mid-line: that first
-line is dropped, never half-read.
+never counted as Xid; the ``Severity`` and ``Data`` lines that follow an SXid's main line belong to that one event.
+``RmInitAdapter failed!`` lines name a GPU the driver could not initialise. A log cut to its newest bytes
+(``partial_first_line=True``) starts mid-line: that first line is dropped, never half-read.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nvdeploy.parsers.text import prepare as _prepare
@@ -47,10 +48,25 @@ class SxidEvent:
     switch: str | None = None
     fatal: bool | None = None
     link: int | None = None
+    # The ``Severity ...`` and ``Data {...}`` lines the driver prints after the main line of the same event.
+    details: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"sxid": self.sxid, "device": self.device, "switch": self.switch, "fatal": self.fatal,
-                "link": self.link, "text": self.text, "line": self.line}
+                "link": self.link, "text": self.text, "line": self.line, "details": list(self.details)}
+
+
+@dataclass(frozen=True)
+class InitFailure:
+    """One ``NVRM: GPU 0000:41:00.0: RmInitAdapter failed! (0x62:0x40:2404)`` line: the driver could not
+    initialise that GPU, so nvidia-smi and NVML do not list it. ``code`` is the parenthesised status as printed."""
+
+    pci: str
+    code: str
+    line: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pci": self.pci, "code": self.code, "line": self.line}
 
 
 @dataclass(frozen=True)
@@ -76,6 +92,7 @@ class KmsgFacts:
     warnings: tuple[str, ...] = ()
     # The partial first line of a log cut to its newest bytes, dropped unread (empty when none was dropped).
     dropped_first_line: str = ""
+    init_failures: tuple[InitFailure, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -85,6 +102,7 @@ class KmsgFacts:
             "aer_events": [e.to_dict() for e in self.aer_events],
             "warnings": list(self.warnings),
             "dropped_first_line": self.dropped_first_line,
+            "init_failures": [e.to_dict() for e in self.init_failures],
         }
 
 
@@ -96,6 +114,12 @@ _SXID_RE = re.compile(
 # The severity word NVSwitch drivers print after the SXid number ("Fatal", "Non-fatal", "Nonfatal").
 _SXID_SEVERITY_RE = re.compile(r"^(?P<word>Non-?\s*fatal|Fatal)\b\s*[,:]?\s*", re.IGNORECASE)
 _SXID_LINK_RE = re.compile(r"\bLink\s*(?:#\s*)?(\d+)\b", re.IGNORECASE)
+# What follows the SXid number on the lines that continue an event: "Severity 0 Engine instance 60 ...",
+# "Data {0x0000003c, ...}".
+_SXID_DETAIL_RE = re.compile(r"^(?:Severity\b|Data\s*\{)", re.IGNORECASE)
+_INIT_FAILURE_RE = re.compile(
+    r"\bNVRM:\s*GPU\s+(?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s*:\s*"
+    r"RmInitAdapter failed!?\s*(?:\((?P<code>[^)]*)\))?", re.IGNORECASE)
 _PID_RE = re.compile(r"^pid\s*=\s*(?:'?<unknown>'?|'?(?P<pid>\d+)'?|[^,]*)\s*(?:,\s*|$)")
 _NAME_RE = re.compile(r"^name\s*=\s*[^,]*(?:,\s*|$)")
 _PCI_DEV = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
@@ -165,6 +189,7 @@ def parse_kmsg(text: str, partial_first_line: bool = False) -> KmsgFacts:
     xids: list[XidEvent] = []
     sxids: list[SxidEvent] = []
     aers: list[AerEvent] = []
+    inits: list[InitFailure] = []
     unparsed = 0
     for raw in text.split("\n"):
         line = raw.rstrip()
@@ -172,7 +197,17 @@ def parse_kmsg(text: str, partial_first_line: bool = False) -> KmsgFacts:
             continue
         sxid = _SXID_RE.search(line)
         if sxid:
-            sxids.append(_sxid_event(sxid, line))
+            event = _sxid_event(sxid, line)
+            last = sxids[-1] if sxids else None
+            if last is not None and _SXID_DETAIL_RE.match(event.text) and (last.sxid, last.device) == \
+                    (event.sxid, event.device):
+                sxids[-1] = replace(last, details=(*last.details, event.text))
+            else:
+                sxids.append(event)
+            continue
+        init = _INIT_FAILURE_RE.search(line)
+        if init:
+            inits.append(InitFailure(init.group("pci").lower(), (init.group("code") or "").strip(), line))
             continue
         xid = _XID_RE.search(line)
         if xid:
@@ -192,4 +227,4 @@ def parse_kmsg(text: str, partial_first_line: bool = False) -> KmsgFacts:
     counts: dict[str, int] = {}
     for event in sorted(xids, key=lambda e: e.xid):
         counts[str(event.xid)] = counts.get(str(event.xid), 0) + 1
-    return KmsgFacts(tuple(xids), counts, tuple(sxids), tuple(aers), tuple(warnings), dropped)
+    return KmsgFacts(tuple(xids), counts, tuple(sxids), tuple(aers), tuple(warnings), dropped, tuple(inits))

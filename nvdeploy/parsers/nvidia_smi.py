@@ -55,6 +55,27 @@ class GpuFacts:
     default_power_limit_w: float | None = None
     mig_mode: bool | None = None
     clocks_event_reasons_active: tuple[str, ...] = ()
+    # NVLink fabric registration and health (Hopper and later on NVSwitch systems, DTD v13; N/A elsewhere). The
+    # health flags are True/False as the driver reports them, None when it says N/A or Not Supported.
+    fabric_state: str | None = None
+    fabric_status: str | None = None
+    fabric_clique_id: int | None = None
+    fabric_cluster_uuid: str | None = None
+    fabric_health_summary: str | None = None
+    fabric_bandwidth: str | None = None
+    fabric_route_recovery_in_progress: bool | None = None
+    fabric_route_unhealthy: bool | None = None
+    fabric_access_timeout_recovery: bool | None = None
+    fabric_incorrect_configuration: str | None = None
+    fabric_partition_assigned: bool | None = None
+    # What the driver asks for before the GPU is usable again ("None", "Reset", "Reboot", "Drain P2P"...).
+    gpu_recovery_action: str | None = None
+    # Where the GPU sits in a rack-scale system (Grace-Blackwell platformInfo): chassis, slot, tray, module.
+    chassis_serial: str | None = None
+    slot_number: int | None = None
+    tray_index: int | None = None
+    module_id: int | None = None
+    c2c_mode: bool | None = None
     # The GPU answered "GPU is lost" (NVML_ERROR_GPU_IS_LOST): it is gone until the node is rebooted.
     lost: bool = False
     # (field, NVML error name) for each field the tool tried and failed to read: UNKNOWN, GPU_IS_LOST,
@@ -111,6 +132,23 @@ _ALERT_RE = re.compile(
     re.IGNORECASE,
 )
 _REASON_ALIASES = {"idle": "gpu_idle", "display_clock_setting": "display_clocks_setting"}
+
+
+# R610+ prints "Driver Version : 610.43.02 [Deprecated; will be removed in CUDA 14.0. Use KMD Version instead]"
+# (and the same note after the CUDA version); ``nvidia-smi --version`` prints "DRIVER version : Deprecated, see
+# KMD version" with no version at all.
+_VERSION_NOTE_RE = re.compile(r"\s*\[\s*deprecated\b[^\]]*\]\s*$", re.IGNORECASE)
+_VERSION_RE = re.compile(r"\d+(?:\.\d+)*")
+
+
+def _version(*values: str | None) -> str | None:
+    """The first of ``values`` that holds a version, its deprecation note removed: callers pass the new field
+    (KMD Version, CUDA UMD Version) before the deprecated one."""
+    for value in values:
+        v = _clean(_VERSION_NOTE_RE.sub("", value)) if value is not None else None
+        if v is not None and _VERSION_RE.match(v):
+            return v
+    return None
 
 
 def _clean(value: str | None) -> str | None:
@@ -210,7 +248,11 @@ def _ecc_uncorrectable(tree: _Tree, kind: str) -> int | None:
         sram = _int(sub.get(("sram_uncorrectable",)))
         if sram is None:  # v13 / 535+ text split SRAM into parity and SEC-DED
             sram = _sum([_int(v) for k, v in sub.items() if k and k[0].startswith("sram_uncorrectable_")])
-        parts = [sram, _int(sub.get(("dram_uncorrectable",)))]
+        dram = _int(sub.get(("dram_uncorrectable",)))
+        if dram is None and ("dram_uncorrectable",) in sub:
+            # Printed but N/A (no DRAM ECC on this card): the SRAM zeros alone would read as "no error".
+            return None
+        parts = [sram, dram]
     return _sum(parts)
 
 
@@ -276,10 +318,33 @@ _TREE_FIELDS: tuple[tuple[str, Callable[[str | None], Any], tuple[str, ...]], ..
      ("pci/pci_gpu_link_info/link_widths/max_link_width", "pci/gpu_link_info/link_width/max")),
     ("memory_total_mib", _int, ("fb_memory_usage/total",)),
     ("temperature_c", _float, ("temperature/gpu_temp", "temperature/gpu_current_temp")),
-    ("power_limit_w", _float, ("gpu_power_readings/current_power_limit", "power_readings/current_power_limit",
-                               "power_readings/power_limit", "power_readings/enforced_power_limit")),
-    ("default_power_limit_w", _float, ("gpu_power_readings/default_power_limit", "power_readings/default_power_limit")),
+    # R610+ moved the limits one level down, under "GPU Ceiling Power Limit" (<gpu_ceiling_power_limit>).
+    ("power_limit_w", _float, ("gpu_power_readings/current_power_limit",
+                               "gpu_power_readings/gpu_ceiling_power_limit/current_power_limit",
+                               "power_readings/current_power_limit", "power_readings/power_limit",
+                               "power_readings/enforced_power_limit")),
+    ("default_power_limit_w", _float, ("gpu_power_readings/default_power_limit",
+                                       "gpu_power_readings/gpu_ceiling_power_limit/default_power_limit",
+                                       "power_readings/default_power_limit")),
     ("mig_mode", _bool, ("mig_mode/current_mig", "mig_mode/current")),
+    # XML tags (lowercased) and -q labels ("CliqueId", "ClusterUUID", "Platform Info") normalise alike.
+    ("fabric_state", _clean, ("fabric/state",)),
+    ("fabric_status", _clean, ("fabric/status",)),
+    ("fabric_clique_id", _int, ("fabric/cliqueid",)),
+    ("fabric_cluster_uuid", _clean, ("fabric/clusteruuid",)),
+    ("fabric_health_summary", _clean, ("fabric/health/summary",)),
+    ("fabric_bandwidth", _clean, ("fabric/health/bandwidth",)),
+    ("fabric_route_recovery_in_progress", _bool, ("fabric/health/route_recovery_in_progress",)),
+    ("fabric_route_unhealthy", _bool, ("fabric/health/route_unhealthy",)),
+    ("fabric_access_timeout_recovery", _bool, ("fabric/health/access_timeout_recovery",)),
+    ("fabric_incorrect_configuration", _clean, ("fabric/health/incorrect_configuration",)),
+    ("fabric_partition_assigned", _bool, ("fabric/health/partition_assigned",)),
+    ("gpu_recovery_action", _clean, ("gpu_recovery_action",)),
+    ("chassis_serial", _clean, ("platforminfo/chassis_serial_number", "platform_info/chassis_serial_number")),
+    ("slot_number", _int, ("platforminfo/slot_number", "platform_info/slot_number")),
+    ("tray_index", _int, ("platforminfo/tray_index", "platform_info/tray_index")),
+    ("module_id", _int, ("platforminfo/module_id", "platform_info/module_id")),
+    ("c2c_mode", _bool, ("c2c_mode",)),
 )
 _RETIRED_PENDING = tuple(("retired_pages", k) for k in (
     "pending_retirement", "pending_blacklist", "pending_page_blacklist", "pending_page_retirement", "pending"))
@@ -348,7 +413,7 @@ def _assemble(fmt: str, driver: str | None, cuda: str | None, count: int | None,
 # ------------------------------------------------------------------------------------------------------ XML
 
 _DOCTYPE_RE = re.compile(r"<!DOCTYPE[^\[>]*(?:\[.*?\])?\s*>", re.DOTALL | re.IGNORECASE)
-_TOP_TAGS = ("driver_version", "cuda_version", "attached_gpus")
+_TOP_TAGS = ("driver_version", "cuda_version", "attached_gpus", "kmd_version", "cuda_umd_version")
 
 
 _ENTITY_DECL_RE = re.compile(r"<!ENTITY", re.IGNORECASE)
@@ -491,21 +556,26 @@ def _parse_xml(text: str, details: bool) -> SmiFacts:
     if root is None:
         head = _salvage_xml_header(body)
         warnings.append(f"unparseable or truncated XML ({error}); no GPU data read")
-        return SmiFacts(_clean(head.get("driver_version")), _clean(head.get("cuda_version")),
+        return SmiFacts(_version(head.get("kmd_version"), head.get("driver_version")),
+                        _version(head.get("cuda_umd_version"), head.get("cuda_version")),
                         _int(head.get("attached_gpus")), (), tuple(warnings), "xml")
     if root.tag != "nvidia_smi_log":
         warnings.append(f"unexpected XML root element <{root.tag}> (expected <nvidia_smi_log>)")
     gpus = root.findall("gpu")
     sections = [(_flatten_xml(g) if details else {}, g.get("id")) for g in gpus]
-    return _assemble("xml", _clean(root.findtext("driver_version")), _clean(root.findtext("cuda_version")),
-                     _int(root.findtext("attached_gpus")), sections, warnings, details)
+    driver = _version(root.findtext("kmd_version"), root.findtext("driver_version"))
+    cuda = _version(root.findtext("cuda_umd_version"), root.findtext("cuda_version"))
+    return _assemble("xml", driver, cuda, _int(root.findtext("attached_gpus")), sections, warnings, details)
 
 
 # ----------------------------------------------------------------------------------------------- text (-q)
 
 _GPU_HEADER_RE = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
 _KV_RE = re.compile(r"^(\S.*?)\s+:(?:\s(.*)|)$")
-_TABLE_HEADER_RE = re.compile(r"NVIDIA-SMI\s+\S+\s+Driver Version:", re.IGNORECASE)
+# R610+ heads the table "NVIDIA-SMI 610.43.02   KMD Version: 610.43.02   CUDA UMD Version: 13.3".
+_TABLE_HEADER_RE = re.compile(r"NVIDIA-SMI\s+\S+\s+(?:Driver|KMD) Version:", re.IGNORECASE)
+_TABLE_DRIVER_RE = re.compile(r"\b(?:KMD|Driver) Version:\s*(\S+)", re.IGNORECASE)
+_TABLE_CUDA_RE = re.compile(r"\bCUDA (?:UMD )?Version:\s*(\S+)", re.IGNORECASE)
 
 
 def parse_text(text: str) -> SmiFacts:
@@ -560,7 +630,8 @@ def parse_text(text: str) -> SmiFacts:
             warnings.append("GPU fields without a 'GPU <bus id>' header (excerpt?); attributed to one unnamed GPU")
         else:
             sections.pop(0)
-    return _assemble("text", _clean(top.get("driver_version")), _clean(top.get("cuda_version")),
+    return _assemble("text", _version(top.get("kmd_version"), top.get("driver_version")),
+                     _version(top.get("cuda_umd_version"), top.get("cuda_version")),
                      _int(top.get("attached_gpus")), sections, warnings)
 
 
@@ -574,10 +645,10 @@ def _parse_table(lines: list[str], warnings: list[str]) -> SmiFacts:
     current: dict[str, Any] | None = None
     in_gpu_table = True
     for line in lines:
-        if driver is None and (m := re.search(r"Driver Version:\s*(\S+)", line)):
-            driver = _clean(m.group(1))
-        if cuda is None and (m := re.search(r"CUDA Version:\s*(\S+)", line)):
-            cuda = _clean(m.group(1))
+        if driver is None and (m := _TABLE_DRIVER_RE.search(line)):
+            driver = _version(m.group(1))
+        if cuda is None and (m := _TABLE_CUDA_RE.search(line)):
+            cuda = _version(m.group(1))
         if re.search(r"\b(MIG devices|Processes)\s*:", line):
             in_gpu_table, current = False, None
         stripped = line.strip()
@@ -618,6 +689,33 @@ def _parse_table(lines: list[str], warnings: list[str]) -> SmiFacts:
     return SmiFacts(driver, cuda, len(gpus) if gpus else None, gpus, tuple(warnings), "text")
 
 
+# ---------------------------------------------------------------------------------------------- --version
+
+_VERSION_LINE_RE = re.compile(r"^\s*([A-Za-z][A-Za-z -]*?)\s*:\s*(.*?)\s*$")
+
+
+def parse_version(text: str) -> SmiFacts:
+    """Parse ``nvidia-smi --version``: driver and CUDA version, no GPUs.
+
+    Up to R590 it prints ``DRIVER version : 580.95.05`` and ``CUDA Version : 13.0``; R610+ prints
+    ``DRIVER version : Deprecated, see KMD version`` and the driver as ``KMD version``, the CUDA version as
+    ``CUDA UMD Version``: the KMD and UMD lines win, and a deprecated line without a version number is skipped.
+    """
+    text, warnings, early = _start(text, "version")
+    if early is not None:
+        return early
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        m = _VERSION_LINE_RE.match(line)
+        if m:
+            fields.setdefault(_norm(m.group(1)), m.group(2))
+    driver = _version(fields.get("kmd_version"), fields.get("driver_version"))
+    cuda = _version(fields.get("cuda_umd_version"), fields.get("cuda_version"))
+    if driver is None:
+        warnings.append("nvidia-smi --version output without a driver version")
+    return SmiFacts(driver, cuda, None, (), tuple(warnings), "version")
+
+
 # ------------------------------------------------------------------------------------------------------ CSV
 
 _CSV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*(?:\s*\[[^\]]*\])?$")
@@ -643,15 +741,23 @@ def _is_csv_header(cells: list[str]) -> bool:
 
 
 def _csv_ecc(row: dict[str, str], kind: str) -> int | None:
+    """The uncorrected count: the tool's own total, else SRAM plus DRAM. None when the total or the DRAM count is
+    asked for but reads [N/A] (a card without ECC prints 0 only for the SRAM parity/SEC-DED counts)."""
     pre = f"ecc.errors.uncorrected.{kind}"
     total = _int(row.get(f"{pre}.total"))
     if total is not None:
         return total
+    if f"{pre}.total" in row:
+        return None
     sram = _int(row.get(f"{pre}.sram"))
     if sram is None:
         sram = _sum([_int(row.get(f"{pre}.sram.{k}")) for k in ("parity", "secded")])
     dram = _int(row.get(f"{pre}.dram"))
-    return _sum([sram, dram if dram is not None else _int(row.get(f"{pre}.device_memory"))])
+    if dram is None:
+        dram = _int(row.get(f"{pre}.device_memory"))
+    if dram is None and (f"{pre}.dram" in row or f"{pre}.device_memory" in row):
+        return None
+    return _sum([sram, dram])
 
 
 def _csv_reasons(row: dict[str, str]) -> tuple[str, ...]:

@@ -8,12 +8,14 @@ Also registers the simulated ``python3``: it runs the shipped probe against this
 
 from __future__ import annotations
 
+import ctypes
 import io
 import types
 from collections.abc import Sequence
 from typing import Any
 
 from nvdeploy.sim.scenario import NodeFacts, NodeScenario, node_facts, register_fault
+from nvdeploy.sim.smi_xml import fabric_attached
 from nvdeploy.sim.tools import OUTPUT_FILTERS, ToolOutput, register_tool
 
 register_fault("no_python", "the node has no python3: the NVML probe cannot run and nvidia-smi is used instead")
@@ -31,6 +33,17 @@ GPU_IS_LOST = 15
 UNKNOWN = 999
 # Of a lost GPU, NVML still hands out the handle and the PCI data the driver recorded at probe time.
 _LOST_ANSWERS = {"nvmlDeviceGetHandleByIndex", "nvmlDeviceGetPciInfo"}
+
+
+class FabricInfoV3(ctypes.Structure):
+    """nvmlGpuFabricInfo_v3_t, the layout the probe hands to nvmlDeviceGetGpuFabricInfoV."""
+
+    _fields_ = [("version", ctypes.c_uint), ("clusterUuid", ctypes.c_uint8 * 16), ("status", ctypes.c_uint),
+                ("cliqueId", ctypes.c_uint32), ("state", ctypes.c_uint), ("healthMask", ctypes.c_uint32),
+                ("healthSummary", ctypes.c_uint8)]
+
+
+FABRIC_STATE_COMPLETED = 3
 
 
 def fake_nvml(facts: NodeFacts) -> Any:
@@ -111,6 +124,17 @@ def fake_nvml(facts: NodeFacts) -> Any:
         return ecc_errors(g, kind, counter)
 
     nvml.nvmlDeviceGetTotalEccErrors = total_ecc
+
+    def fabric_info(g: Any, ref: Any) -> int:
+        # What the simulated XML prints: registered, clique 0 in no cluster, health not reported (as H100/H200).
+        if not fabric_attached(facts, g):
+            raise NVMLError(NOT_SUPPORTED)
+        info = ref._obj  # the structure behind ctypes.byref()
+        info.state, info.status, info.cliqueId, info.healthMask, info.healthSummary = FABRIC_STATE_COMPLETED, 0, 0, 0, 0
+        return 0
+
+    nvml.c_nvmlGpuFabricInfo_v3_t = FabricInfoV3
+    nvml.nvmlDeviceGetGpuFabricInfoV = fabric_info
     for name in [n for n in vars(nvml) if n.startswith("nvmlDevice") and n not in _LOST_ANSWERS]:
         setattr(nvml, name, _unless_lost(getattr(nvml, name)))
     return nvml

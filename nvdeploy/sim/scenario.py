@@ -260,6 +260,8 @@ class NodeFacts:
     pci_gpus: tuple[SimGpu, ...]
     nvswitches: tuple[tuple[str, str], ...] = ()
     xid_events: tuple[tuple[int, int], ...] = ()
+    # "r610": nvidia-smi prints the R610 layouts (fault ``smi_r610``, nvdeploy/sim/smi_xml.py); "" the older ones.
+    smi_format: str = ""
 
 
 def architecture(device_id: str, model: str = "") -> str:
@@ -368,6 +370,7 @@ def _base_facts(scenario: NodeScenario) -> NodeFacts:
         hostname=scenario.name.split(".")[0], driver_version=driver, cuda_version=cuda,
         driver_loaded=not scenario.has("driver_missing"), gpus=tuple(visible), pci_gpus=tuple(gpus),
         nvswitches=switches, xid_events=_xid_events(scenario, count) if count else (),
+        smi_format="r610" if scenario.has("smi_r610") else "",
     )
     return facts
 

@@ -1,4 +1,5 @@
-"""What ``nvidia-smi`` prints on a simulated node: ``-q -x`` XML (DTD v12 layout), ``--query-gpu`` CSV and ``-L``.
+"""What ``nvidia-smi`` prints on a simulated node: ``-q -x`` XML (DTD v12 layout), ``--query-gpu`` CSV, ``-L``,
+``--version`` and the default table; with fault ``smi_r610`` the R610 forms of each (see :data:`DRIVER_NOTE`).
 
 The XML follows real driver 535/550 output byte for byte in shape: ``<?xml version="1.0" ?>``, the
 ``nvsmi_device_v12.dtd`` DOCTYPE, tab indentation, a blank line after each ``</gpu>``, empty ``processes``
@@ -12,7 +13,16 @@ import functools
 from dataclasses import replace
 from typing import Callable, Union
 
-from nvdeploy.sim.scenario import NodeFacts, SimGpu
+from nvdeploy.sim.scenario import NodeFacts, SimGpu, register_fault
+
+register_fault("smi_r610", "nvidia-smi prints the R610 layouts: the driver and CUDA versions with their "
+               "deprecation note next to new KMD and CUDA UMD versions, the power limits one level down under "
+               "GPU Ceiling Power Limit, the table header 'KMD Version: ... CUDA UMD Version: ...' and "
+               "'DRIVER version : Deprecated, see KMD version' in --version (the versions themselves are unchanged)")
+# What R610+ appends to the deprecated version fields.
+DRIVER_NOTE = " [Deprecated; will be removed in CUDA 14.0. Use KMD Version instead]"
+CUDA_NOTE = " [Deprecated; will be removed in CUDA 14.0. Use CUDA UMD Version instead]"
+NO_CLUSTER = "00000000-0000-0000-0000-000000000000"
 
 
 # xml.sax.saxutils's escape and quoteattr, the same text: that module imports urllib.request (http.client, email,
@@ -128,6 +138,20 @@ def _lost(node: Node) -> Node:
     return node
 
 
+def fabric_attached(facts: NodeFacts, gpu: SimGpu) -> bool:
+    """Whether the GPU registers with an NVLink fabric (NVSwitch systems from Hopper on)."""
+    return any(facts.nvswitches) and gpu.architecture != "Ampere"
+
+
+def _power_readings(facts: NodeFacts, draw: float | None, limit: float | None, min_limit: float | None) -> list[Node]:
+    limits: list[Node] = [("current_power_limit", _watts(limit)), ("requested_power_limit", _watts(limit)),
+                          ("default_power_limit", _watts(limit)), ("min_power_limit", _watts(min_limit)),
+                          ("max_power_limit", _watts(limit))]
+    if facts.smi_format == "r610":  # the limits one level down, as "GPU Ceiling Power Limit" in -q
+        return [("power_state", "P0"), ("power_draw", _watts(draw)), ("gpu_ceiling_power_limit", limits)]
+    return [("power_state", "P0"), ("power_draw", _watts(draw)), *limits]
+
+
 def _gpu_node(facts: NodeFacts, gpu: SimGpu) -> Node:
     arch = _arch(gpu)
     graphics, sm, mem, video = _clocks(gpu)
@@ -136,7 +160,8 @@ def _gpu_node(facts: NodeFacts, gpu: SimGpu) -> Node:
     limit = gpu.power_limit_w
     draw = limit * 0.1 + gpu.temperature_c / 10 if limit is not None else None
     min_limit = (200.0 if limit >= 500 else 100.0) if limit is not None else None
-    fabric = ("Completed", "Success") if any(facts.nvswitches) and gpu.architecture != "Ampere" else (NA, NA)
+    attached = fabric_attached(facts, gpu)
+    fabric = ("Completed", "Success", "0", NO_CLUSTER) if attached else (NA, NA, NA, NA)
     gen, width = str(gpu.pcie_gen_max), f"{gpu.pcie_width_max}x"
     throttled = gpu.thermal_slowdown
     supported = [("value", f"{mem} MHz")] + [("supported_graphics_clock", f"{mhz} MHz")
@@ -255,15 +280,7 @@ def _gpu_node(facts: NodeFacts, gpu: SimGpu) -> Node:
             ("gpu_temp_max_mem_tlimit_threshold", "0 C" if arch["hbm"] else NA),
         ]),
         ("supported_gpu_target_temp", [("gpu_target_temp_min", NA), ("gpu_target_temp_max", NA)]),
-        ("gpu_power_readings", [
-            ("power_state", "P0"),
-            ("power_draw", _watts(draw)),
-            ("current_power_limit", _watts(limit)),
-            ("requested_power_limit", _watts(limit)),
-            ("default_power_limit", _watts(limit)),
-            ("min_power_limit", _watts(min_limit)),
-            ("max_power_limit", _watts(limit)),
-        ]),
+        ("gpu_power_readings", _power_readings(facts, draw, limit, min_limit)),
         ("module_power_readings", [("power_state", "P0")] + [(k, NA) for k in (
             "power_draw", "current_power_limit", "requested_power_limit", "default_power_limit",
             "min_power_limit", "max_power_limit")]),
@@ -277,7 +294,10 @@ def _gpu_node(facts: NodeFacts, gpu: SimGpu) -> Node:
         ("max_customer_boost_clocks", [("graphics_clock", f"{graphics} MHz")]),
         ("clock_policy", [("auto_boost", NA), ("auto_boost_default", NA)]),
         ("voltage", [("graphics_volt", "670.000 mV")]),
-        ("fabric", [("state", fabric[0]), ("status", fabric[1])]),
+        ("fabric", [("state", fabric[0]), ("status", fabric[1]), ("cliqueId", fabric[2]), ("clusterUuid", fabric[3]),
+                    ("health", [(k, NA) for k in ("summary", "bandwidth", "route_recovery_in_progress",
+                                                  "route_unhealthy", "access_timeout_recovery",
+                                                  "incorrect_configuration", "partition_assigned")])]),
         ("supported_clocks", [("supported_mem_clock", supported)]),
         ("processes", []),
         ("accounted_processes", []),
@@ -295,7 +315,8 @@ def _gpu_block(facts: NodeFacts, gpu: SimGpu) -> str:
     """One ``<gpu>`` element. Rendered once per distinct GPU state, hardware and driver (a fleet of identical nodes
     has a few dozen), then given this GPU's UUID and serial, the only values that differ from node to node."""
     shared = NodeFacts(hostname="", driver_version=facts.driver_version, cuda_version=facts.cuda_version,
-                       driver_loaded=facts.driver_loaded, gpus=(), pci_gpus=(), nvswitches=facts.nvswitches)
+                       driver_loaded=facts.driver_loaded, gpus=(), pci_gpus=(), nvswitches=facts.nvswitches,
+                       smi_format=facts.smi_format)
     text = _gpu_template(shared, replace(gpu, uuid=_UUID_TOKEN, serial=_SERIAL_TOKEN))
     return text.replace(_UUID_TOKEN, escape(gpu.uuid)).replace(_SERIAL_TOKEN, escape(gpu.serial))
 
@@ -310,13 +331,62 @@ def _gpu_template(facts: NodeFacts, gpu: SimGpu) -> str:
 def render_xml(facts: NodeFacts) -> str:
     """``nvidia-smi -q -x`` output for the GPUs nvidia-smi sees."""
     out = ['<?xml version="1.0" ?>', '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">', "<nvidia_smi_log>"]
-    for node in (("timestamp", timestamp()), ("driver_version", facts.driver_version),
-                 ("cuda_version", facts.cuda_version), ("attached_gpus", str(len(facts.gpus)))):
+    if facts.smi_format == "r610":
+        versions: list[Node] = [("driver_version", facts.driver_version + DRIVER_NOTE),
+                                ("cuda_version", facts.cuda_version + CUDA_NOTE),
+                                ("kmd_version", facts.driver_version), ("cuda_umd_version", facts.cuda_version)]
+    else:
+        versions = [("driver_version", facts.driver_version), ("cuda_version", facts.cuda_version)]
+    for node in (("timestamp", timestamp()), *versions, ("attached_gpus", str(len(facts.gpus)))):
         _render(node, 1, out)
     for gpu in facts.gpus:
         out.append(_gpu_block(facts, gpu))
         out.append("")
     out.append("</nvidia_smi_log>")
+    return "\n".join(out) + "\n"
+
+
+def render_version(facts: NodeFacts) -> str:
+    """``nvidia-smi --version``."""
+    nvml = ".".join(facts.driver_version.split(".")[:2])
+    if facts.smi_format == "r610":
+        return (f"NVIDIA-SMI version  : {facts.driver_version}\nNVML version        : {nvml}\n"
+                "DRIVER version      : Deprecated, see KMD version\n"
+                f"KMD version         : {facts.driver_version}\nCUDA UMD Version    : {facts.cuda_version}\n")
+    return (f"NVIDIA-SMI version  : {facts.driver_version}\nNVML version        : {nvml}\n"
+            f"DRIVER version      : {facts.driver_version}\nCUDA Version        : {facts.cuda_version}\n")
+
+
+_RULE = "+-----------------------------------------+------------------------+----------------------+"
+
+
+def render_table(facts: NodeFacts) -> str:
+    """The default ``nvidia-smi`` table (the 89-column layout of R550+), GPU rows and an empty process table."""
+    if facts.smi_format == "r610":
+        versions = f"KMD Version: {facts.driver_version:<14}CUDA UMD Version: {facts.cuda_version:<9}"
+    else:
+        versions = f"Driver Version: {facts.driver_version:<15}CUDA Version: {facts.cuda_version:<9}"
+    head = f"NVIDIA-SMI {facts.driver_version:<23}{versions}"
+    out = [f"{timestamp()}       ", "+" + "-" * 89 + "+", f"| {head:<88}|", _RULE,
+           "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
+           "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
+           "|                                         |                        |               MIG M. |",
+           "|=========================================+========================+======================|"]
+    for gpu in facts.gpus:
+        name = gpu.product_name if len(gpu.product_name) <= 26 else gpu.product_name[:22] + " ..."
+        persistence = "On " if gpu.persistence else "Off"
+        ecc = str(gpu.dram_uncorrectable_volatile) if gpu.ecc_enabled else "N/A"
+        limit = gpu.power_limit_w
+        draw = f"{limit * 0.1 + gpu.temperature_c / 10:.0f}W / {limit:.0f}W" if limit is not None else "N/A / N/A"
+        mig = _enabled(gpu.mig_enabled) if gpu.mig_capable else "N/A"
+        memory = f"0MiB / {gpu.memory_mib}MiB"
+        out += [f"| {gpu.index:>3}  {name:<31}{persistence} |   {gpu.bus_id} Off | {ecc:>20} |",
+                f"| N/A   {gpu.temperature_c:>2}C    P0 {draw:>23} | {memory:>22} |{'0%':>8}      Default |",
+                f"|                                         |                        | {mig:>20} |", _RULE]
+    out += ["", "+" + "-" * 89 + "+", f"| {'Processes:':<88}|",
+            "|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |",
+            "|        ID   ID                                                               Usage      |",
+            "|" + "=" * 89 + "|", f"| {' No running processes found':<88}|", "+" + "-" * 89 + "+"]
     return "\n".join(out) + "\n"
 
 

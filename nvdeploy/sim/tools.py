@@ -1,6 +1,7 @@
 """Run a fake tool on a simulated node: the same bytes, exit status and failure modes as the real tool.
 
-Supported: ``nvidia-smi`` (``-q -x``, ``-L``, ``--query-gpu=... --format=csv[,noheader][,nounits]``), ``lspci``
+Supported: ``nvidia-smi`` (``-q -x``, ``-L``, ``--version``, the default table,
+``--query-gpu=... --format=csv[,noheader][,nounits]``), ``lspci``
 (always the ``-D -n`` layout), ``dmesg`` (raw ``[ uptime]`` timestamps), ``journalctl`` (``-k`` short format) and
 ``true``/``false``, each with any arguments and behind an optional ``sudo [-n] [--]``, plus the tools and
 ``nvidia-smi`` subcommands other modules register (``TOOLS``, ``SMI_SUBCOMMANDS``; see nvdeploy/sim/extensions.py).
@@ -16,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from nvdeploy.sim.scenario import NodeFacts, NodeScenario, SimGpu, node_facts
-from nvdeploy.sim.smi_xml import SIM_TIME, render_list, render_query_csv, render_xml
+from nvdeploy.sim.smi_xml import SIM_TIME, render_list, render_query_csv, render_table, render_version, render_xml
 
 DRIVER_MISSING_MESSAGE = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
                           "Make sure that the latest NVIDIA driver is installed and running.\n")
@@ -159,6 +160,8 @@ def _nvidia_smi(facts: NodeFacts, args: Sequence[str]) -> ToolOutput:
             flags.add("x")
         elif arg in ("-L", "--list-gpus"):
             flags.add("L")
+        elif arg in ("--version",):
+            flags.add("version")
         else:
             return _invalid()
         i += 1
@@ -166,7 +169,7 @@ def _nvidia_smi(facts: NodeFacts, args: Sequence[str]) -> ToolOutput:
         options = [o.strip() for o in (fmt or "").split(",")]
         if flags or not options or options[0] != "csv" or not set(options[1:]) <= {"noheader", "nounits"}:
             return _invalid()
-    elif fmt is not None or flags not in (set(), {"q", "x"}, {"L"}):
+    elif fmt is not None or flags not in (set(), {"q", "x"}, {"L"}, {"version"}):
         return _invalid()
     if not facts.driver_loaded:
         return ToolOutput(DRIVER_MISSING_MESSAGE.encode(), rc=9)
@@ -181,7 +184,9 @@ def _nvidia_smi(facts: NodeFacts, args: Sequence[str]) -> ToolOutput:
         return ToolOutput(render_xml(facts).encode())
     if flags == {"L"}:
         return ToolOutput(render_list(facts).encode())
-    return _invalid()  # the default table is not simulated
+    if flags == {"version"}:
+        return ToolOutput(render_version(facts).encode())
+    return ToolOutput(render_table(facts).encode())
 
 
 def lspci_text(facts: NodeFacts) -> str:

@@ -1,10 +1,13 @@
 """The engine over the simulated transport, at level quick: unknown per-GPU values, lost GPUs and NVSwitch SXids
-reach the verdicts, the node verdicts and the report (switch, link and the quoted kernel-log line)."""
+reach the verdicts, the node verdicts and the report (switch, link and the quoted kernel-log line); nodes printing
+the R610 nvidia-smi layouts get the verdicts of older drivers."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import pytest
 
 from nvdeploy.engine import EngineOptions
 from nvdeploy.inventory import load_inventory
@@ -59,3 +62,35 @@ def test_sxid_check_skips_on_a_pcie_sku(tmp_path):
     outcome = run(tmp_path, {"pcie": ["sxid_fatal"]}, profile="l40s-8x")
     node = outcome.run.nodes[0]
     assert [f.verdict for f in node.findings if f.check == "kmsg.sxid"] == [Verdict.SKIP]
+
+
+# The checks that read the versions and the power limits R610 moved: they must judge, not SKIP or ERROR.
+R610_MOVED = ("driver.version", "clocks.power_limit", "power.node")
+
+
+def _verdicts(node) -> list[tuple[str, str, object]]:
+    return sorted((f.check, f.verdict.value, f.gpu) for f in node.findings)
+
+
+@pytest.mark.parametrize("profile", ["h200-8x", "l40s-8x"])
+def test_r610_nodes_get_the_verdicts_of_older_drivers(tmp_path, profile):
+    # Fault smi_r610: nvidia-smi prints the R610 layouts. GPU facts from the NVML probe, and (no_python) from the
+    # R610 XML itself: the same verdicts as the older layouts either way.
+    outcome = run(tmp_path, {"old": [], "r610": ["smi_r610"], "old-xml": ["no_python"],
+                             "r610-xml": ["smi_r610", "no_python"]}, profile=profile)
+    nodes = {n.name: n for n in outcome.run.nodes}
+    assert _verdicts(nodes["r610"]) == _verdicts(nodes["old"])
+    assert _verdicts(nodes["r610-xml"]) == _verdicts(nodes["old-xml"])
+    old_driver = next(f for f in nodes["old"].findings if f.check == "driver.version").observed
+    for name in ("r610", "r610-xml"):
+        node = nodes[name]
+        assert node.verdict is nodes["old"].verdict
+        judged = {f.check: f for f in node.findings if f.check in R610_MOVED}
+        assert set(judged) == set(R610_MOVED), name
+        for check, finding in judged.items():
+            assert finding.verdict is Verdict.PASS, (name, check, finding.summary)
+        assert judged["driver.version"].observed == old_driver is not None
+    saved = json.loads((outcome.run_dir / "results.json").read_text())
+    facts = {n["name"]: n["facts"] for n in saved["nodes"]}
+    assert facts["r610-xml"]["driver_version"] == facts["old-xml"]["driver_version"]
+    assert facts["r610-xml"]["gpu_facts_source"] == "nvidia_smi_xml"

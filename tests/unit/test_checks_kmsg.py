@@ -3,6 +3,8 @@ part (kmsg.xid and kmsg.sxid)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from _catalog_helpers import context, result, run_check, sim_check, verdicts
 
@@ -137,3 +139,42 @@ def test_cut_log_events_carry_the_note():
 def test_whole_log_has_no_note():
     findings = run_check("kmsg.xid", kmsg("[ 1.0] hello\n"))
     assert verdicts(findings) == [Verdict.PASS] and "cut" not in findings[0].summary
+
+
+REAL_XID = Path(__file__).parent.parent / "fixtures" / "real" / "xid-logs"
+
+
+def _real(name: str) -> str:
+    return (REAL_XID / name).read_text(encoding="utf-8")
+
+
+def test_gpu_that_never_initialised_fails_naming_its_pci_address_and_the_failure():
+    # 24 init failures of one GPU next to an Xid 119 on another (the shape in the issue): both are findings.
+    init = "".join(f"[ {100 + n}.5] NVRM: GPU 0000:41:00.0: RmInitAdapter failed! (0x62:0x40:2404)\n"
+                   for n in range(24))
+    xid119 = _real("dmesg-T-xid119-gsp-rpc-timeout-h100-xe9680-rpc-history-stacktrace.log")
+    findings = run_check("kmsg.xid", kmsg(init + xid119))
+    init_findings = [f for f in findings if "RmInitAdapter" in f.summary]
+    assert len(init_findings) == 1
+    fail = init_findings[0]
+    assert fail.verdict is Verdict.FAIL and fail.remediation is Remediation.ISOLATE
+    assert "GPU 0000:41:00.0 failed to initialise" in fail.summary and "(0x62:0x40:2404) x24" in fail.summary
+    assert "short a GPU" in fail.summary
+    assert any("Xid 119" in f.summary for f in findings)
+
+
+def test_real_init_failure_captures_fail_per_gpu():
+    findings = run_check("kmsg.xid",
+                         kmsg(_real("syslog-rminitadapter-failed-0x24-0x72-1568-gpu-0a-repeated-EXCERPT.log")))
+    assert verdicts(findings) == [Verdict.FAIL]
+    assert findings[0].observed == "RmInitAdapter failed (0x24:0x72:1568) x6 on 0000:0a:00.0"
+    two = run_check("kmsg.xid",
+                    kmsg(_real("dmesg-rminitadapter-failed-0x11-0x45-2525-two-gpus-interleaved-EXCERPT.log")))
+    assert [f.observed for f in two] == ["RmInitAdapter failed (0x11:0x45:2525) x3 on 0000:04:01.0",
+                                         "RmInitAdapter failed (0x11:0x45:2525) x3 on 0000:04:02.0"]
+
+
+def test_one_sxid_event_with_severity_and_data_lines_is_counted_once():
+    findings = sxid(_real("dmesg-nvswitch-sxid22013-severity-data-continuation-lines.log"))
+    assert len(findings) == 1
+    assert findings[0].observed == "SXid 22013 x1 on nvidia-nvswitch3 (PCI 0000:08:00.0), link 60"

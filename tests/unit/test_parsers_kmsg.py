@@ -38,6 +38,19 @@ EXPECT: dict[str, dict[str, Any]] = {
         "sxid_events": {0: {"sxid": 12028, "device": "0000:85:00.0",
                             "text": "Non-fatal, Link 61 egress non-posted PRIV error (First)"}},
     },
+    # One SXid event is its main line plus the Severity and Data lines after it: counted once.
+    "dmesg-nvswitch-sxid22013-severity-data-continuation-lines.log": {
+        "counts": {}, "sxid": 1,
+        "sxid_events": {0: {"sxid": 22013, "device": "0000:08:00.0", "switch": "nvidia-nvswitch3", "fatal": False,
+                            "link": 60, "text": "Non-fatal, Link 60 Minion Link DLREQ interrupt",
+                            "details": ("Severity 0 Engine instance 60 Sub-engine instance 00",
+                                        "Data {0x0000003c, 0x0000003c, 0x00000000, 0x0000003c, 0x80000302, "
+                                        "0x00000000, 0x00000000, 0x00000000, 0x00000000}")}},
+    },
+    "dmesg-rminitadapter-failed-0x11-0x45-2525-two-gpus-interleaved-EXCERPT.log": {
+        "counts": {}, "sxid": 0,
+        "init": [("0000:04:01.0", "0x11:0x45:2525")] * 3 + [("0000:04:02.0", "0x11:0x45:2525")] * 3,
+    },
     "dmesg-xid62-hex-payload-then-xid45-no-timestamps.log": {
         "counts": {"45": 1, "62": 1}, "sxid": 0,
         "xid": {0: {"xid": 62, "pid": None, "pci": "0000:01:00",
@@ -67,6 +80,9 @@ EXPECT: dict[str, dict[str, Any]] = {
     },
     "syslog-xid8-legacy-no-pid-gt220-340.96.log": {
         "counts": {"8": 1}, "sxid": 0, "xid": {0: {"pci": "0000:02:00", "pid": None, "text": "Channel 00000001"}},
+    },
+    "syslog-rminitadapter-failed-0x24-0x72-1568-gpu-0a-repeated-EXCERPT.log": {
+        "counts": {}, "sxid": 0, "init": [("0000:0a:00.0", "0x24:0x72:1568")] * 6,
     },
     "xid63-row-remapper-a100-single-line.log": {
         "counts": {"63": 1}, "sxid": 0,
@@ -100,6 +116,10 @@ def test_real_xid_logs(name: str) -> None:
     for pos, fields in expected.get("sxid_events", {}).items():
         for key, value in fields.items():
             assert getattr(facts.sxid_events[pos], key) == value, (pos, key)
+    if "init" in expected:
+        assert sorted((e.pci, e.code) for e in facts.init_failures) == sorted(expected["init"])
+    else:
+        assert facts.init_failures == ()
     for event in facts.xid_events:
         assert event.line in raw.splitlines()
     json.dumps(facts.to_dict())
@@ -153,9 +173,10 @@ def test_sxid_variants() -> None:
         "[ 1.0] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 10 LTSSM Fault Up\n"
     )
     assert facts.xid_events == ()
-    assert [(e.sxid, e.device) for e in facts.sxid_events] == [
-        (12028, "0000:86:00.0"), (12028, "0000:86:00.0"), (20034, "0000:05:00.0")]
+    # The Data line continues the 12028 event above it: one event, not two.
+    assert [(e.sxid, e.device) for e in facts.sxid_events] == [(12028, "0000:86:00.0"), (20034, "0000:05:00.0")]
     assert facts.sxid_events[0].text == "Non-fatal, Link 32 egress non-posted PRIV error"
+    assert facts.sxid_events[0].details == ("Data {0x00000000, 0x00000000}",)
 
 
 AER_LOG = """\
@@ -194,7 +215,8 @@ def test_mixed_log_keeps_order_and_counts() -> None:
             total[k] = total.get(k, 0) + v
     assert facts.xid_counts == total
     assert list(facts.xid_counts) == sorted(facts.xid_counts, key=int)
-    assert len(facts.sxid_events) == 1 and len(facts.aer_events) == 6
+    assert len(facts.sxid_events) == sum(exp["sxid"] for exp in EXPECT.values()) and len(facts.aer_events) == 6
+    assert len(facts.init_failures) == sum(len(exp.get("init", ())) for exp in EXPECT.values())
 
 
 BAD = {

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from nvdeploy.parsers.nvidia_smi import GpuFacts, SmiFacts, parse_csv, parse_text, parse_xml
+from nvdeploy.parsers.nvidia_smi import GpuFacts, SmiFacts, parse_csv, parse_text, parse_version, parse_xml
 
 REAL = Path(__file__).parent.parent / "fixtures" / "real"
 XML_DIR = REAL / "nvidia-smi-xml"
@@ -48,6 +48,28 @@ XML_EXPECT: dict[str, dict[str, Any]] = {
                 "ecc_uncorrectable_volatile": None, "remapped_rows_pending": False, "power_limit_w": 230.0,
                 "memory_total_mib": 24564, "clocks_event_reasons_active": ("gpu_idle",)},
         "gpu": {0: {"index": 0, "pci_bus_id": "00000000:81:00.0"}, 1: {"index": 1, "pci_bus_id": "00000000:C1:00.0"}},
+    },
+    # Grace-Blackwell v13: the per-GPU fabric, platformInfo, C2C and recovery-action elements become facts;
+    # N/A stays None.
+    "gb200-4gpu-fabric-platforminfo-c2c-v13-580.173.02.xml": {
+        "top": {"driver_version": "580.173.02", "cuda_version": "13.0", "gpu_count_reported": 4}, "n": 4,
+        "all": {"name": "NVIDIA GB200", "power_limit_w": 1200.0, "fabric_state": "Completed",
+                "fabric_status": "Success", "fabric_clique_id": 2,
+                "fabric_cluster_uuid": "00000001-0000-0000-0000-000000000001", "fabric_health_summary": "Healthy",
+                "fabric_bandwidth": "Full", "fabric_route_recovery_in_progress": False,
+                "fabric_route_unhealthy": False, "fabric_access_timeout_recovery": False,
+                "fabric_incorrect_configuration": None, "fabric_partition_assigned": None,
+                "gpu_recovery_action": "None", "chassis_serial": "1820000000001", "slot_number": 14,
+                "tray_index": 4, "c2c_mode": True},
+        "gpu": {0: {"index": 0, "pci_bus_id": "00000000:29:00.0", "module_id": 2},
+                1: {"module_id": 1}, 2: {"module_id": 4}, 3: {"index": 3, "module_id": 3}},
+    },
+    "gb300-4gpu-fabric-platforminfo-v13-580.173.02.xml": {
+        "top": {"driver_version": "580.173.02", "cuda_version": "13.0", "gpu_count_reported": 4}, "n": 4,
+        "all": {"name": "NVIDIA GB300", "fabric_state": "Completed", "fabric_clique_id": 32766,
+                "fabric_health_summary": "Healthy", "fabric_incorrect_configuration": "None",
+                "fabric_partition_assigned": None, "slot_number": 25, "tray_index": 15, "c2c_mode": True},
+        "gpu": {0: {"pci_bus_id": "00000008:06:00.0", "module_id": 2}},
     },
     "gtx-1660-ti-graphics-device-name-418.43-no-doctype.xml": {
         "top": {"driver_version": "418.43", "cuda_version": "10.1", "gpu_count_reported": 1}, "n": 1,
@@ -91,6 +113,28 @@ TEXT_EXPECT: dict[str, dict[str, Any]] = {
         "gpu": {0: {"index": 0, "name": "NVIDIA A10", "pci_bus_id": "00000000:07:00.0", "remapped_rows_pending": True,
                     "remapped_rows_uncorrectable": 4, "remapped_rows_failure": False, "ecc_mode": True,
                     "ecc_uncorrectable_volatile": 0, "memory_total_mib": 23028, "power_limit_w": 150.0}},
+    },
+    # R610: the table header says "KMD Version: ... CUDA UMD Version: ...".
+    "default-table-2xB200-kmd-cuda-umd-header-610.43.02-EXCERPT.txt": {
+        "top": {"driver_version": "610.43.02", "cuda_version": "13.3", "gpu_count_reported": 2}, "n": 2,
+        "all": {"name": "NVIDIA B200", "persistence_mode": True, "power_limit_w": 1000.0,
+                "memory_total_mib": 183359, "ecc_uncorrectable_volatile": 0, "mig_mode": False},
+        "gpu": {0: {"index": 0, "pci_bus_id": "00000000:63:00.0", "temperature_c": 26.0},
+                1: {"index": 1, "pci_bus_id": "00000000:68:00.0", "temperature_c": 30.0}},
+    },
+    "default-table-rtx5070-kmd-cuda-umd-header-610.43.02-EXCERPT.txt": {
+        "top": {"driver_version": "610.43.02", "cuda_version": "13.3", "gpu_count_reported": 1}, "n": 1,
+        "gpu": {0: {"index": 0, "persistence_mode": False, "power_limit_w": 70.0, "memory_total_mib": 12227,
+                    "ecc_uncorrectable_volatile": None}},
+        "warn": "name truncated",
+    },
+    # R610 -q: the deprecated lines carry a note, KMD/CUDA UMD Version are preferred, the limits sit one level
+    # deeper under "GPU Ceiling Power Limit".
+    "q-h200-kmd-version-power-ceiling-610.43.02-RECONSTRUCTED.txt": {
+        "top": {"driver_version": "610.43.02", "cuda_version": "13.3", "gpu_count_reported": 1}, "n": 1,
+        "gpu": {0: {"index": 0, "name": "NVIDIA H200", "pci_bus_id": "00000000:83:00.0", "power_limit_w": 700.0,
+                    "default_power_limit_w": 700.0}},
+        "warn": "excerpt",
     },
     "a100-8gpu-page-retirement-clean-535.86.10.txt": {
         "top": {"driver_version": "535.86.10", "cuda_version": "12.2", "gpu_count_reported": 8}, "n": 8,
@@ -189,6 +233,12 @@ CSV_EXPECT: dict[str, dict[str, Any]] = {
         "all": {"name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "power_limit_w": 600.0,
                 "ecc_uncorrectable_volatile": 0, "temperature_c": 25.0},
         "gpu": {0: {"index": 0}, 1: {"index": 1}},
+    },
+    # No ECC: [N/A] mode, DRAM and totals, 0 only for the SRAM parity/SEC-DED counts. Unknown, never 0.
+    "rtx4090-no-ecc-query-gpu-ecc-na-sram-zero-RECONSTRUCTED.csv": {
+        "top": {"driver_version": None}, "n": 1,
+        "gpu": {0: {"index": 0, "name": "NVIDIA GeForce RTX 4090", "ecc_mode": None,
+                    "ecc_uncorrectable_volatile": None, "ecc_uncorrectable_aggregate": None}},
     },
     "tesla-p100-pcie-16gb-query-gpu-510.47.03.csv": {
         "top": {"driver_version": None}, "n": 1,
@@ -448,3 +498,45 @@ def test_random_bytes_never_raise() -> None:
         text = "".join(chunk)
         for parse in (parse_xml, parse_text, parse_csv):
             assert isinstance(parse(text), SmiFacts)
+
+
+VERSION_DIR = REAL / "nvidia-smi-version"
+
+
+def test_version_output_prefers_the_kmd_line_over_the_deprecated_driver_line() -> None:
+    r610 = parse_version(_read(VERSION_DIR / "version-kmd-line-deprecated-driver-610.43.02-RECONSTRUCTED.txt"))
+    assert (r610.driver_version, r610.cuda_version, r610.warnings) == ("610.43.02", "13.3", ())
+    old = parse_version("NVIDIA-SMI version  : 580.95.05\nNVML version        : 580.95\n"
+                        "DRIVER version      : 580.95.05\nCUDA Version        : 13.0\n")
+    assert (old.driver_version, old.cuda_version) == ("580.95.05", "13.0")
+    # Only the deprecated line, no KMD line: unknown with a warning, never "Deprecated, see KMD version".
+    bare = parse_version("NVIDIA-SMI version  : 610.88\nDRIVER version      : Deprecated, see KMD version\n")
+    assert bare.driver_version is None and bare.warnings
+
+
+def test_every_version_capture_reads() -> None:
+    for path in VERSION_DIR.iterdir():
+        assert parse_version(_read(path)).driver_version is not None, path.name
+
+
+def test_deprecated_version_note_is_removed_wherever_it_appears() -> None:
+    note = " [Deprecated; will be removed in CUDA 14.0. Use KMD Version instead]"
+    xml = _read(XML_DIR / "dual-rtx-a5000-v13-590.44.01.xml").replace(
+        "<driver_version>590.44.01</driver_version>", f"<driver_version>590.44.01{note}</driver_version>")
+    assert parse_xml(xml).driver_version == "590.44.01"
+    text = _read(TEXT_DIR / "l40s-load-595.80.txt")
+    lines = [ln + note if ln.startswith(("Driver Version", "CUDA Version")) else ln for ln in text.split("\n")]
+    facts = parse_text("\n".join(lines))
+    assert (facts.driver_version, facts.cuda_version) == ("595.80", "13.2")
+
+
+def test_dram_count_na_next_to_sram_zeros_is_unknown_in_xml_and_text() -> None:
+    # A card that counts SRAM errors but has no DRAM ECC: the SRAM zeros alone must not read as "no error".
+    xml = _read(XML_DIR / "dual-rtx-a5000-v13-590.44.01.xml")
+    for tag in ("sram_uncorrectable_parity", "sram_uncorrectable_secded"):
+        xml = xml.replace(f"<{tag}>N/A</{tag}>", f"<{tag}>0</{tag}>")
+    assert [g.ecc_uncorrectable_volatile for g in parse_xml(xml).gpus] == [None, None]
+    text = _read(TEXT_DIR / "l40s-load-595.80.txt").replace(
+        "DRAM Uncorrectable                         : 0", "DRAM Uncorrectable                         : N/A")
+    gpu = parse_text(text).gpus[0]
+    assert (gpu.ecc_uncorrectable_volatile, gpu.ecc_uncorrectable_aggregate) == (None, None)

@@ -7,15 +7,17 @@ host range, a wrong type or a missing profile is a :class:`ConfigError` naming t
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import ipaddress
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Collection, Iterable, Mapping, Optional, Union
 
-from nvdeploy.hostrange import MAX_EXPANSION, HostRangeError, expand
-from nvdeploy.yamlfile import ConfigError, LocDict, LocList, line_of, load_yaml_file
+from nvdeploy import inventory_ansible as ansible
+from nvdeploy.hostrange import MAX_EXPANSION, HostRangeError, expand, split_hostlist
+from nvdeploy.yamlfile import MAX_FILE_BYTES, ConfigError, LocList, line_of, load_yaml_file
 
 CONNECTIONS = ("ssh", "local", "sim")
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,252}$")
@@ -166,19 +168,28 @@ class Inventory:
         """Keep the hosts matching ``pattern``; see :func:`match_limit`."""
         if not pattern:
             return self
-        names = match_limit(pattern, [h.name for h in self.hosts], self.groups)
+        try:
+            names = match_limit(pattern, [h.name for h in self.hosts], self.groups)
+        except ConfigError as exc:
+            raise ConfigError(exc.message, self.path or None, None, "--limit") from None
         return Inventory(self.cluster, tuple(h for h in self.hosts if h.name in names), self.groups, self.path)
 
 
 def match_limit(pattern: str, names: list[str], groups: Mapping[str, tuple[str, ...]]) -> set[str]:
     """``--limit``: comma-separated host names, globs, ranges or group names; ``!x`` excludes x.
 
+    Commas inside brackets belong to the range: ``gpu[001-002,005]``, the folded form nvdeploy prints, is one term.
+
     A pattern that matches nothing is an error: a typo must not turn into an empty (trivially READY) run.
     """
     include: set[str] = set()
     exclude: set[str] = set()
     any_include = False
-    for raw in (p.strip() for p in pattern.split(",")):
+    try:
+        terms = split_hostlist(pattern)
+    except HostRangeError as exc:
+        raise ConfigError(f"bad --limit pattern {pattern!r}: {exc}") from None
+    for raw in terms:
         if not raw:
             continue
         negate = raw.startswith("!")
@@ -216,154 +227,340 @@ def _valid_address(value: str) -> bool:
         return bool(re.match(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$", value))
 
 
-class _Loader:
+@dataclass
+class _Group:
+    name: str
+    line: Optional[int]
+    vars: dict[str, Any] = field(default_factory=dict)
+    var_lines: dict[str, int] = field(default_factory=dict)
+    hosts: list[str] = field(default_factory=list)
+    children: dict[str, Optional[int]] = field(default_factory=dict)  # child -> line of the entry
+    priority: int = 1
+
+
+def _suggest(word: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.6)
+    return f"; did you mean `{close[0]}`?" if close else " (the keys are listed in README.md, 'Inventories')"
+
+
+class _Builder:
+    """The inventory as Ansible's parser builds it: one object per group and per host, whatever the file order."""
+
     def __init__(self, file: str) -> None:
         self.file = file
-        # host name -> list of (depth, var dict, var lines)
-        self.layers: dict[str, list[tuple[int, Mapping[str, Any], Mapping[str, int]]]] = {}
+        self.groups: dict[str, _Group] = {"all": _Group("all", None)}
+        self.host_vars: dict[str, dict[str, Any]] = {}
+        self.host_var_lines: dict[str, dict[str, int]] = {}
         self.host_lines: dict[str, int] = {}
-        self.host_groups: dict[str, list[str]] = {}
-        self.groups: dict[str, set[str]] = {}
-        self.order: list[str] = []
+        self.base: dict[str, dict[str, Any]] = {}  # data about the node (Slurm's facts): below every setting
+        self.spelling: dict[str, tuple[str, Optional[int]]] = {}  # nvdeploy key -> (name used for it, line)
         self.entries = 0  # host entries expanded so far, all groups together: a few range lines must not OOM us
 
-    def error(self, message: str, container: Any = None, key: Any = None) -> ConfigError:
-        return ConfigError(message, self.file, line_of(container, key) if container is not None else None,
-                           str(key) if key is not None else None)
+    def fail(self, message: str, line: Optional[int], key: Any = None) -> ConfigError:
+        return ConfigError(message, self.file, line, str(key) if key is not None else None)
 
-    def check_vars(self, values: Any, container: Any, key: str) -> tuple[dict[str, Any], dict[str, int]]:
-        if values is None:
-            return {}, {}
-        if not isinstance(values, dict):
-            raise self.error("must be a mapping of variables", container, key)
-        out: dict[str, Any] = {}
-        lines: dict[str, int] = {}
-        for var, value in values.items():
-            if var not in VAR_SCHEMA:
-                raise self.error(f"unknown variable (known: {', '.join(sorted(VAR_SCHEMA))})", values, var)
-            check, description = VAR_SCHEMA[var]
+    # ---- the Sink protocol (nvdeploy.inventory_ansible) ----
+    def add_group(self, name: str, line: Optional[int]) -> None:
+        if not _valid_name(name):
+            raise self.fail("invalid group name", line, name)
+        if name not in self.groups:
+            self.groups[name] = _Group(name, line)
+
+    def add_child(self, parent: str, child: str, line: Optional[int]) -> None:
+        self.add_group(parent, line)
+        self.add_group(child, line)
+        if child == "all":
+            raise self.fail("'all' cannot be a child group", line, child)
+        self.groups[parent].children.setdefault(child, line)
+
+    def set_group_var(self, group: str, key: str, value: Any, line: Optional[int]) -> None:
+        if key == ansible.GROUP_PRIORITY:
+            number = ansible.priority(value)
+            if number is None:
+                raise self.fail(f"must be a whole number, got {type(value).__name__} {value!r}", line, key)
+            self.groups[group].priority = number
+            return
+        self._check(key, value, line)
+        self.groups[group].vars[key] = _copy(value)
+        self.groups[group].var_lines[key] = line or 0
+
+    def add_hosts(self, group: str, pattern: str, line: Optional[int]) -> list[str]:
+        if ":" in _BRACKETS.sub("", pattern):
+            raise self.fail("a port in the host name is not read (set ansible_port or ssh_port)", line, pattern)
+        try:
+            names = expand(pattern)
+        except HostRangeError as exc:
+            raise self.fail(f"bad host range: {exc}", line, pattern) from None
+        self.entries += len(names)
+        if self.entries > MAX_EXPANSION:
+            raise self.fail(f"the inventory lists more than {MAX_EXPANSION} host entries", line, pattern)
+        for name in names:
+            if not _valid_name(name):
+                raise self.fail(f"invalid host name {name!r} (letters, digits, '.', '_', '-'; must not start with '-')",
+                                line, pattern)
+        members = self.groups[group].hosts
+        for name in names:
+            if name not in self.host_vars:
+                self.host_vars[name], self.host_var_lines[name] = {}, {}
+                self.host_lines[name] = line or 0
+            if name not in members:
+                members.append(name)
+        return names
+
+    def set_host_var(self, host: str, key: str, value: Any, line: Optional[int]) -> None:
+        if key == ansible.GROUP_PRIORITY:
+            raise self.fail("ansible_group_priority is a group variable (it orders groups of the same depth)", line,
+                            key)
+        self._check(key, value, line)
+        self.host_vars[host][key] = _copy(value)
+        self.host_var_lines[host][key] = line or 0
+
+    # ---- checks ----
+    def _check(self, key: Any, value: Any, line: Optional[int]) -> None:
+        if not isinstance(key, str):
+            raise self.fail("a variable name must be a string", line, key)
+        if key in VAR_SCHEMA:
+            check, description = VAR_SCHEMA[key]
             if not check(value):
-                raise self.error(f"must be {description}, got {type(value).__name__} {value!r}", values, var)
-            if var == "address" and not _valid_address(value):
-                raise self.error("is not a valid host name or IP address", values, var)
-            out[var] = list(value) if isinstance(value, list) else value
-            lines[var] = line_of(values, var) or 0
-        return out, lines
+                hint = (" (a quoted word is a string: write true in YAML, True in INI)"
+                        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no") else "")
+                raise self.fail(f"must be {description}, got {type(value).__name__} {value!r}{hint}", line, key)
+            if key == "address" and not _valid_address(value):
+                raise self.fail("is not a valid host name or IP address", line, key)
+            names: tuple[str, ...] = (key,)
+        elif key in ansible.ANSIBLE_KEYS:
+            problem = ansible.check(key, value)
+            if problem:
+                raise self.fail(problem, line, key)
+            if key in ansible.ALIASES and ansible.ALIASES[key][0] == "address" and not _valid_address(value):
+                raise self.fail("is not a valid host name or IP address", line, key)
+            names = ansible.targets(key)
+        else:
+            raise self.fail("unknown variable" + _suggest(key, set(VAR_SCHEMA) | ansible.ANSIBLE_KEYS), line, key)
+        for target in names:
+            used = self.spelling.setdefault(target, (key, line))
+            if used[0] != key:
+                where = f" at line {used[1]}" if used[1] else ""
+                raise self.fail(f"sets {target!r}, which this inventory already sets as {used[0]!r}{where}: use one "
+                                "name for one setting", line, key)
 
-    def walk_group(self, name: str, body: Any, parent: Any, depth: int, ancestors: tuple[str, ...]) -> None:
-        if name in ancestors:
-            raise self.error("group contains itself", parent, name)
-        if body is None:
-            body = LocDict()
-            body.line = line_of(parent, name) or 0
-            body.key_lines = {}
-        if not isinstance(body, dict):
-            raise self.error("a group must be a mapping with hosts, vars or children", parent, name)
-        for key in body:
-            if key not in _GROUP_KEYS:
-                raise self.error("unknown key in group (allowed: hosts, vars, children, slurm)", body, key)
-        group_vars, group_lines = self.check_vars(body.get("vars"), body, "vars")
-        self.groups.setdefault(name, set())
-        members: list[str] = []
-        slurm_nodes: Optional[dict[str, Any]] = None
-        if body.get("slurm") is not None:
-            # The group's hosts come from Slurm (nvdeploy/slurm/source.py); hosts: below only add vars to them.
-            from nvdeploy.slurm.source import resolve_group
+    # ---- resolution ----
+    def resolve(self) -> tuple[list[Host], dict[str, tuple[str, ...]]]:
+        """Ansible's resolution: membership through every path, vars by (depth, ansible_group_priority, name)."""
+        self.groups.setdefault("ungrouped", _Group("ungrouped", None))
+        parents: dict[str, set[str]] = {name: set() for name in self.groups}
+        for group in self.groups.values():
+            for child in group.children:
+                parents[child].add(group.name)
+        for name in self.groups:
+            if name != "all" and not parents[name]:
+                # A group no other group lists is a child of 'all', as Ansible reconciles it.
+                self.groups["all"].children.setdefault(name, None)
+                parents[name].add("all")
+        depth = self._depths(parents)
+        direct: dict[str, set[str]] = {}
+        for group in self.groups.values():
+            for host in group.hosts:
+                direct.setdefault(host, set()).add(group.name)
+        ancestors: dict[str, set[str]] = {}
 
-            slurm_nodes, slurm_known = resolve_group(body["slurm"], body, "slurm", self.file)
-            for host_name, node in slurm_nodes.items():
-                if host_name not in self.layers:
-                    self.layers[host_name] = []
-                    self.order.append(host_name)
-                    self.host_lines[host_name] = line_of(body, "slurm") or 0
-                # Lowest precedence: Slurm's facts are data about the node, never a setting that overrides one.
-                self.layers[host_name].append((-1, {"slurm_node": node.to_dict()}, {}))
-                members.append(host_name)
-        hosts = body.get("hosts")
-        if hosts is not None:
-            if isinstance(hosts, LocList):
-                raise self.error("hosts must be a mapping of host name to variables (use 'name: {}')", body, "hosts")
-            if not isinstance(hosts, dict):
-                raise self.error("hosts must be a mapping", body, "hosts")
-            for pattern, host_vars in hosts.items():
-                pattern_text = str(pattern)
-                try:
-                    names = expand(pattern_text)
-                except HostRangeError as exc:
-                    raise self.error(f"bad host range: {exc}", hosts, pattern) from None
-                self.entries += len(names)
-                if self.entries > MAX_EXPANSION:
-                    raise self.error(f"the inventory lists more than {MAX_EXPANSION} host entries", hosts, pattern)
-                for host_name in names:
-                    if not _valid_name(host_name):
-                        raise self.error(f"invalid host name {host_name!r} (letters, digits, '.', '_', '-'; "
-                                         "must not start with '-')", hosts, pattern)
-                values, lines = self.check_vars(host_vars, hosts, pattern)
-                if slurm_nodes is not None:
-                    unknown = [n for n in names if n not in slurm_known]
-                    if unknown:
-                        raise self.error(f"Slurm knows no node {unknown[0]!r} (this group's hosts come from Slurm;"
-                                         " hosts: only adds variables to them)", hosts, pattern)
-                    names = [n for n in names if n in slurm_nodes]  # filtered out by partition/states/nodes
-                for host_name in names:
-                    if host_name not in self.layers:
-                        self.layers[host_name] = []
-                        self.order.append(host_name)
-                        self.host_lines[host_name] = line_of(hosts, pattern) or 0
-                    # Host vars outrank every group var, whatever the nesting depth.
-                    self.layers[host_name].append((1_000_000, values, lines))
-                    members.append(host_name)
-        children = body.get("children")
-        if children is not None:
-            if not isinstance(children, dict):
-                raise self.error("children must be a mapping of group names", body, "children")
-            for child, child_body in children.items():
+        def up(name: str) -> set[str]:
+            if name not in ancestors:
+                found = {name}
+                for parent in parents[name]:
+                    found |= up(parent)
+                ancestors[name] = found
+            return ancestors[name]
+
+        def order(group: str) -> tuple[int, int, str]:
+            return depth[group], self.groups[group].priority, group
+
+        hosts: list[Host] = []
+        members: dict[str, set[str]] = {name: set() for name in self.groups}
+        for name in self.host_vars:
+            groups = {"all"}
+            for group in direct.get(name, ()):
+                if group != "ungrouped":
+                    groups |= up(group)
+            if groups == {"all"}:
+                groups.add("ungrouped")
+            merged: dict[str, Any] = dict(self.base.get(name, {}))
+            lines: dict[str, int] = {}
+            for group in sorted(groups, key=order):
+                merged.update(self.groups[group].vars)
+                lines.update(self.groups[group].var_lines)
+                members[group].add(name)
+            merged.update(self.host_vars[name])
+            lines.update(self.host_var_lines[name])
+            values, value_lines = ansible.translate(merged, lines)
+            hosts.append(Host(name, values, tuple(sorted(groups, key=order)), self.file, self.host_lines[name],
+                              value_lines))
+        mapping = {g: tuple(sorted(m)) for g, m in members.items() if m or g not in ("ungrouped",)}
+        return hosts, mapping
+
+    def _depths(self, parents: Mapping[str, set[str]]) -> dict[str, int]:
+        """Ansible's group depth: the longest path from 'all'. A loop is refused where it closes."""
+        depth: dict[str, int] = {}
+        visiting: set[str] = set()
+
+        def visit(name: str) -> int:
+            if name in depth:
+                return depth[name]
+            if name in visiting:
+                raise RecursionError(name)
+            visiting.add(name)
+            try:
+                found = 0 if name == "all" else 1 + max(visit(p) for p in parents[name])
+            finally:
+                visiting.discard(name)
+            depth[name] = found
+            return found
+
+        for name in self.groups:
+            try:
+                visit(name)
+            except RecursionError as loop:
+                group = str(loop)
+                line = next((self.groups[p].children[group] for p in parents[group]
+                             if self.groups[p].children.get(group)), self.groups[group].line)
+                raise self.fail("group contains itself (through its children)", line, group) from None
+        return depth
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+_BRACKETS = re.compile(r"\[[^\[\]]*\]")
+
+
+def _walk_yaml(builder: _Builder, name: str, body: Any, container: Any) -> None:
+    """One group of a YAML inventory, its keys in file order, as Ansible's YAML plugin reads them."""
+    line = line_of(container, name)
+    builder.add_group(name, line)
+    if body is None:
+        return
+    if not isinstance(body, dict):
+        raise builder.fail("a group must be a mapping with hosts, vars or children", line, name)
+    for key in body:
+        if key not in _GROUP_KEYS:
+            raise builder.fail("unknown key in group (allowed: hosts, vars, children, slurm)" + _suggest(
+                str(key), _GROUP_KEYS), line_of(body, key), key)
+    slurm_known: Optional[Collection[str]] = None
+    slurm_nodes: Mapping[str, Any] = {}
+    if body.get("slurm") is not None:
+        # The group's hosts come from Slurm (nvdeploy/slurm/source.py); hosts: below only add vars to them.
+        from nvdeploy.slurm.source import resolve_group
+
+        slurm_nodes, slurm_known = resolve_group(body["slurm"], body, "slurm", builder.file)
+        for host_name, node in slurm_nodes.items():
+            builder.add_hosts(name, host_name, line_of(body, "slurm"))
+            builder.base[host_name] = {"slurm_node": node.to_dict()}
+    for key, value in body.items():
+        if value is None or key == "slurm":
+            continue
+        key_line = line_of(body, key)
+        if key == "vars":
+            if not isinstance(value, dict):
+                raise builder.fail("must be a mapping of variables", key_line, key)
+            for var, var_value in value.items():
+                builder.set_group_var(name, var, var_value, line_of(value, var))
+        elif key == "children":
+            if not isinstance(value, dict):
+                raise builder.fail("children must be a mapping of group names", key_line, key)
+            for child, child_body in value.items():
                 child_name = str(child)
                 if not _valid_name(child_name):
-                    raise self.error("invalid group name", children, child)
-                self.walk_group(child_name, child_body, children, depth + 1, ancestors + (name,))
-                members.extend(self.groups.get(child_name, ()))
-        for host_name in members:
-            self.groups[name].add(host_name)
-            self.host_groups.setdefault(host_name, [])
-            if name not in self.host_groups[host_name]:
-                self.host_groups[host_name].append(name)
-            if group_vars:
-                self.layers[host_name].append((depth, group_vars, group_lines))
+                    raise builder.fail("invalid group name", line_of(value, child), child)
+                _walk_yaml(builder, child_name, child_body, value)
+                builder.add_child(name, child_name, line_of(value, child))
+        else:
+            if isinstance(value, LocList):
+                raise builder.fail("hosts must be a mapping of host name to variables (use 'name: {}')", key_line, key)
+            if not isinstance(value, dict):
+                raise builder.fail("hosts must be a mapping", key_line, key)
+            for pattern, host_vars in value.items():
+                pattern_line = line_of(value, pattern)
+                if host_vars is not None and not isinstance(host_vars, dict):
+                    raise builder.fail("must be a mapping of variables", pattern_line, pattern)
+                if slurm_known is not None:
+                    names = _slurm_names(builder, str(pattern), pattern_line, slurm_known, slurm_nodes)
+                else:
+                    names = builder.add_hosts(name, str(pattern), pattern_line)
+                for host_name in names:
+                    for var, var_value in (host_vars or {}).items():
+                        builder.set_host_var(host_name, var, var_value, line_of(host_vars, var))
+
+
+def _slurm_names(builder: _Builder, pattern: str, line: Optional[int], known: Collection[str],
+                 nodes: Mapping[str, Any]) -> list[str]:
+    try:
+        names = expand(pattern)
+    except HostRangeError as exc:
+        raise builder.fail(f"bad host range: {exc}", line, pattern) from None
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise builder.fail(f"Slurm knows no node {unknown[0]!r} (this group's hosts come from Slurm; hosts: only adds"
+                           " variables to them)", line, pattern)
+    return [n for n in names if n in nodes]  # filtered out by partition/states/nodes
 
 
 def load_inventory(path: Union[str, Path], catalog: Any = None) -> Inventory:
-    """Read and validate an inventory file. With a ProfileCatalog, also check every profile exists."""
+    """Read and validate an inventory. With a ProfileCatalog, also check every profile exists.
+
+    ``*.yaml``, ``*.yml`` and ``*.json`` are YAML inventories, ``ansible:SOURCE`` is whatever ``ansible-inventory -i
+    SOURCE --list`` resolves, any other file is Ansible's INI format (the same rule as Ansible's own plugins).
+    """
     file = str(path)
-    data = load_yaml_file(path)
-    if not isinstance(data, dict):
-        raise ConfigError("an inventory must be a mapping with a top-level 'all:' group", file, line_of(data))
-    for key in data:
-        if key != "all":
-            raise ConfigError("unknown top-level key (an inventory has only 'all:')", file, line_of(data, key),
-                              str(key))
-    if "all" not in data:
-        raise ConfigError("missing top-level 'all:' group", file, 1, "all")
-    loader = _Loader(file)
-    loader.walk_group("all", data["all"], data, 0, ())
-    if not loader.order:
-        raise ConfigError("the inventory lists no hosts", file, line_of(data, "all"), "all")
-    hosts: list[Host] = []
-    for name in loader.order:
-        merged: dict[str, Any] = {}
-        lines: dict[str, int] = {}
-        for _, values, var_lines in sorted(loader.layers[name], key=lambda layer: layer[0]):
-            merged.update(values)
-            lines.update(var_lines)
-        hosts.append(Host(name, merged, tuple(loader.host_groups.get(name, ())), file, loader.host_lines[name], lines))
-    all_vars = data["all"].get("vars") if isinstance(data["all"], dict) else None
-    named = isinstance(all_vars, dict) and all_vars.get("cluster")
-    cluster = str(all_vars["cluster"]) if named else Path(file).stem  # type: ignore[index]
-    inventory = Inventory(cluster, tuple(hosts), {g: tuple(sorted(m)) for g, m in loader.groups.items()}, file)
+    builder = _Builder(file)
+    cluster_line: Optional[int] = None
+    if file.startswith(ansible.ANSIBLE_SOURCE_PREFIX):
+        source = file[len(ansible.ANSIBLE_SOURCE_PREFIX):]
+        ansible.read_ansible_source(source, builder, file)
+        stem = Path(source).stem
+    elif Path(file).suffix.lower() in (".yaml", ".yml", ".json"):
+        data = load_yaml_file(path)
+        if not isinstance(data, dict):
+            raise ConfigError("an inventory must be a mapping of groups, with 'all:' at the top", file,
+                              line_of(data))
+        if data.get("plugin") is not None:
+            raise ConfigError("this is an Ansible inventory plugin's configuration: read it with -i ansible:" + file,
+                              file, line_of(data, "plugin"), "plugin")
+        for group, body in data.items():
+            if not isinstance(group, str) or not _valid_name(group):
+                raise ConfigError("a top-level key is a group name", file, line_of(data, group), str(group))
+            _walk_yaml(builder, group, body, data)
+        cluster_line = line_of(data, "all") if "all" in data else 1
+        stem = Path(file).stem
+    else:
+        ansible.read_ini(_read_text(file), file, builder)
+        stem = Path(file).stem
+    hosts, groups = builder.resolve()
+    if not hosts:
+        raise ConfigError("the inventory lists no hosts", file, cluster_line, "all" if cluster_line else None)
+    named = builder.groups["all"].vars.get("cluster")
+    cluster = str(named) if named else stem
+    inventory = Inventory(cluster, tuple(hosts), groups, file)
     _check_addresses(inventory)
     if catalog is not None:
         check_profiles(inventory, catalog)
     return inventory
+
+
+def _read_text(file: str) -> str:
+    path = Path(file)
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ConfigError(f"file is {path.stat().st_size} bytes; the limit is {MAX_FILE_BYTES}", file)
+        return path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read file: {exc.strerror}", file) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text (byte offset {exc.start})", file) from None
 
 
 def _check_addresses(inventory: Inventory) -> None:

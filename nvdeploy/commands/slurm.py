@@ -127,6 +127,8 @@ def validate_with_slurm(inv: Any, catalog: Any, options: Any, out_base: Path, fa
         allow_busy=bool(getattr(options, "allow_busy", False)), via=slurm.via, timeout_s=slurm.slurm_timeout_s)
     if not run_options.needs_slurm and not slurm_nodes_of(inv):
         return run_validate(inv, catalog, options, out_base, fail_on_warn=fail_on_warn, level=level)
+    if slurm.maintenance_s is not None:
+        _refuse_short_reservation(inv, catalog, options, level, slurm)
     client = SlurmClient(timeout_s=slurm.slurm_timeout_s, dry_run=slurm.dry_run)
     run_id = new_run_id()
     run_dir = out_base / safe_name(inv.cluster) / run_id
@@ -143,6 +145,8 @@ def validate_with_slurm(inv: Any, catalog: Any, options: Any, out_base: Path, fa
             # Nothing was touched yet: a usage/config-level failure (exit 2) with Slurm's own words.
             click.echo(f"nvdeploy: error: Slurm: {exc.message} ({' '.join(exc.command)})", err=True)
             raise click.exceptions.Exit(2) from None
+        if window.reservation is not None and window.reservation.created:
+            options = replace(options, deadline_s=_reservation_deadline(window.reservation, options.deadline_s))
         pool = None
         if slurm.via == "slurm":
             from nvdeploy.slurm.srun import POOL_VAR, SrunOptions, SrunPool
@@ -176,6 +180,36 @@ def validate_with_slurm(inv: Any, catalog: Any, options: Any, out_base: Path, fa
         finally:
             if hangup is not None:
                 signal.signal(signal.SIGHUP, hangup)
+
+
+def _refuse_short_reservation(inv: Any, catalog: Any, options: Any, level: str, slurm: SlurmCli) -> None:
+    """A maintenance window shorter than the run's worst case would end mid-run (other jobs start beside a
+    DCGM diag): refused, with the figure, before anything changes (exit 2)."""
+    from nvdeploy.slurm.budget import minutes, worst_case
+
+    need = worst_case(inv.hosts, catalog, options.checks, options.forks, options.connect_timeout_s,
+                      options.deadline_s, options.multinode_pattern, slurm.via == "slurm")
+    need_s = need.seconds + slurm.wait_drain_s
+    assert slurm.maintenance_s is not None
+    if slurm.maintenance_s >= need_s:
+        return
+    waits = f" + --wait-drain {slurm.wait_drain_s:g} s" if slurm.wait_drain_s else ""
+    click.echo(f"nvdeploy: error: --maintenance {minutes(slurm.maintenance_s)} is shorter than this run can take: "
+               f"up to {minutes(need_s)} at level {level} ({need.detail}{waits}, the scheduler steps at the end "
+               f"included). Give --maintenance {minutes(need_s)} or more, or bound the run with --deadline SECONDS",
+               err=True)
+    raise click.exceptions.Exit(2)
+
+
+def _reservation_deadline(reservation: Any, deadline_s: Optional[float]) -> float:
+    """The run's --deadline inside the reservation: no node, heavy test or cluster round starts after its end
+    (less the time the scheduler steps need at the end)."""
+    import time
+
+    from nvdeploy.slurm.budget import CLOSE_S
+
+    left = reservation.duration_s - (time.monotonic() - reservation.created_at) - CLOSE_S
+    return max(1.0, min(deadline_s, left) if deadline_s else left)
 
 
 def _hangup_as_sigterm() -> Any:

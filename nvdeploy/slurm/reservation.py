@@ -34,6 +34,7 @@ class Reservation:
     created: bool = False
     deleted: bool = False
     error: str = ""
+    created_at: float = 0.0  # time.monotonic() when Slurm accepted it: the run's deadline counts from here
 
     def to_dict(self) -> dict[str, object]:
         return {"name": self.name, "nodes": list(self.nodes), "duration_s": self.duration_s,
@@ -43,6 +44,7 @@ class Reservation:
 def create(client: SlurmClient, run_id: str, nodes: Sequence[str], duration_s: float) -> Reservation:
     """Create it (raises SlurmError with Slurm's message: the run must not start without its window)."""
     res = Reservation(reservation_name(run_id), tuple(nodes), duration_s)
+    res.created_at = time.monotonic()
     client.create_reservation(res.name, nodes, max(1, math.ceil(duration_s / 60)), _user())
     res.created = not client.dry_run
     return res

@@ -298,3 +298,18 @@ def test_normal_end_finishes_the_journal(slurm: SlurmTestCluster, tmp_path: Path
     assert journal["finished"] and journal["prior"]["node2"] == {"state": "drained", "drained": True,
                                                                  "reason": OURS_FAULTY}
     assert no_reservation(slurm)
+
+
+def test_a_reservation_shorter_than_the_run_is_refused_with_the_figure(slurm: SlurmTestCluster,
+                                                                      tmp_path: Path) -> None:
+    """--maintenance 10m --level standard: DCGM r2 (1200 s) and nccl-tests (900 s) alone outlast it."""
+    args = ("validate", "-i", str(sim_inventory(tmp_path)), "--out", str(tmp_path / "out"), "--no-history",
+            "--level", "standard", "--maintenance", "10m", "--drain-failed")
+    refused = run_nvdeploy(slurm, *args)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "--maintenance 10m is shorter than this run can take: up to 44m at level standard" in refused.stderr
+    assert "dcgm_diag_r2 1200 s" in refused.stderr and "Traceback" not in refused.stderr
+    assert no_reservation(slurm) and not (tmp_path / "out").exists()
+    bounded = run_nvdeploy(slurm, *args, "--deadline", "300")  # 300 s + the end's steps fit in 10 minutes
+    assert bounded.returncode == 0, bounded.stdout + bounded.stderr
+    assert no_reservation(slurm)

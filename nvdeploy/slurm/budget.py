@@ -1,0 +1,88 @@
+"""How long a validation run can take at worst, from its own limits: the figure a maintenance reservation must
+cover (``--maintenance`` shorter than it is refused before anything changes).
+
+Per node: the connect timeout, the light batch (its longest command), then each heavy command one after the
+other (its own limit: ``dcgm_timeout``, ``nccl_timeout``), each batch with the kill grace and the srun step's
+start allowance. Nodes run ``forks`` at a time (``--via slurm``: all in one step). Then the cluster stages
+(multi-node nccl-tests: a round per bisection step; GPUDirect pairs), and the scheduler steps at the end. With
+``--deadline`` the engine stops everything there, so the deadline (plus that end) is the bound instead.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+# Per batch: timeout(1)'s kill grace, the srun step's slack and its --immediate wait (generous for SSH too).
+BATCH_OVERHEAD_S = 45.0
+# After validation, inside the reservation: the node states read again, drains/resumes, the reports.
+CLOSE_S = 60.0
+TIMEOUT_VARS = ("command_timeout", "dcgm_timeout", "nccl_timeout", "container_timeout", "connect_timeout",
+                "sudo", "gpudirect_timeout")
+
+
+@dataclass(frozen=True)
+class Budget:
+    seconds: float
+    detail: str
+
+
+def _node_s(host: Any, catalog: Any, checks: Sequence[str], connect_s: float) -> tuple[float, str]:
+    from nvdeploy.checks import CHECKS
+    from nvdeploy.collect import light_specs, specs_for
+
+    profile = catalog.get(host.profile) if host.profile else None
+    needed = [c for check in checks if check in CHECKS for c in CHECKS[check].collectors]
+    light = light_specs(host.vars, needed, profile)
+    heavy = specs_for(needed, host.vars, heavy=True, profile=profile)
+    connect = float(host.vars.get("connect_timeout", connect_s))
+    total = connect + (max((s.timeout_s for s in light), default=0.0) + BATCH_OVERHEAD_S if light else 0.0)
+    total += sum(s.timeout_s + BATCH_OVERHEAD_S for s in heavy)
+    parts = [f"{s.name} {s.timeout_s:g} s" for s in sorted(heavy, key=lambda s: -s.timeout_s)[:3]]
+    return total, ", ".join(parts) or "light checks only"
+
+
+def worst_case(hosts: Sequence[Any], catalog: Any, checks: Sequence[str], forks: int, connect_s: float,
+               deadline_s: Optional[float], pattern: str = "bisect", via_slurm: bool = False) -> Budget:
+    """The run's worst-case duration in seconds, and what it is made of (for the refusal message)."""
+    if deadline_s is not None:
+        return Budget(deadline_s + BATCH_OVERHEAD_S + CLOSE_S, f"--deadline {deadline_s:g} s")
+    per_node: dict[tuple, tuple[float, str]] = {}
+    longest, why = 0.0, "no node"
+    for host in hosts:
+        key = (host.profile, tuple(str(host.vars.get(k)) for k in TIMEOUT_VARS))
+        if key not in per_node:
+            per_node[key] = _node_s(host, catalog, checks, connect_s)
+        if per_node[key][0] > longest:
+            longest, why = per_node[key]
+    waves = 1 if via_slurm else math.ceil(len(hosts) / max(1, forks))
+    total = longest * max(1, waves)
+    detail = f"per node up to {longest / 60:.0f} min ({why})" + (f" x {waves} waves of --forks" if waves > 1 else "")
+    stages = _stages_s(hosts, checks, pattern)
+    if stages:
+        total += stages
+        detail += f" + cluster stages up to {stages / 60:.0f} min"
+    return Budget(total + CLOSE_S, detail)
+
+
+def _stages_s(hosts: Sequence[Any], checks: Sequence[str], pattern: str) -> float:
+    from nvdeploy.phases.multinode import DEFAULT_TIMEOUT_S as NCCL_S
+    from nvdeploy.phases.multinode import MPIRUN_GRACE_S
+
+    total = 0.0
+    n = max(2, len(hosts))
+    first = hosts[0].vars if hosts else {}
+    if "nccl.multinode" in checks:
+        rounds = 1 if pattern == "all" else 1 + 2 * math.ceil(math.log2(n))
+        total += rounds * (float(first.get("nccl_timeout", NCCL_S)) + MPIRUN_GRACE_S)
+    if "rdma.gpudirect" in checks:
+        from nvdeploy.phases.gpudirect import DEFAULT_TIMEOUT_S as RDMA_S
+        from nvdeploy.phases.gpudirect import SERVER_EXTRA_S
+
+        total += (n - 1) * (float(first.get("gpudirect_timeout", RDMA_S)) + SERVER_EXTRA_S)
+    return total
+
+
+def minutes(seconds: float) -> str:
+    return f"{math.ceil(seconds / 60)}m"

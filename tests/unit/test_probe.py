@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import subprocess
 import sys
+import types
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
 from nvdeploy.parse_facts import node_facts
-from nvdeploy.parsers.nvidia_smi import parse_xml
+from nvdeploy.parsers.nvidia_smi import GpuFacts, parse_xml
 from nvdeploy.parsers.nvml_json import parse_probe_json
+from nvdeploy.probe import nvml_probe
 from nvdeploy.probe.ship import MAX_ARGUMENT_BYTES, probe_argv
 from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.results import CommandResult
@@ -134,3 +138,64 @@ def test_gpu_without_a_handle_is_recorded_with_its_error():
     gpus = parse_probe_json(out.getvalue()).gpus
     assert gpus[2].lost and gpus[2].index == 2
     assert not gpus[5].lost and gpus[5].error("handle") == "UNKNOWN" and gpus[5].name is None
+
+
+GB200_XML = Path(__file__).parent.parent / "fixtures" / "real" / "nvidia-smi-xml" / \
+    "gb200-4gpu-fabric-platforminfo-c2c-v13-580.173.02.xml"
+FABRIC_FIELDS = [f for f in GpuFacts.__dataclass_fields__ if f.startswith("fabric_")]
+
+
+def _fabric_nvml(*, v: bool = True, v1: bool = True, v_error: int = 0):
+    """A pynvml-like namespace answering only the fabric calls, as a GB200 of the real capture does: registered in
+    clique 2 of a cluster, health Healthy / Full bandwidth / no recovery, no timeout, configuration and partition
+    not reported."""
+    from nvdeploy.sim.fake_nvml import FabricInfoV3, NVMLError
+
+    class FabricInfoV1(ctypes.Structure):
+        _fields_ = [("clusterUuid", ctypes.c_uint8 * 16), ("status", ctypes.c_uint), ("cliqueId", ctypes.c_uint32),
+                    ("state", ctypes.c_uint)]
+
+    def fill(ref):
+        info = ref._obj
+        info.state, info.status, info.cliqueId = 3, 0, 2
+        info.clusterUuid[:] = [0, 0, 0, 1] + [0] * 11 + [1]
+        if hasattr(info, "healthMask"):
+            info.healthMask = (2 << 0) | (2 << 2) | (2 << 4) | (2 << 6)
+            info.healthSummary = 1
+        return 0
+
+    def fabric_v(handle, ref):
+        if v_error:
+            raise NVMLError(v_error)
+        return fill(ref)
+
+    nvml = types.SimpleNamespace(NVMLError=NVMLError, c_nvmlGpuFabricInfo_t=FabricInfoV1)
+    if v:
+        nvml.c_nvmlGpuFabricInfo_v3_t = FabricInfoV3
+        nvml.nvmlDeviceGetGpuFabricInfoV = fabric_v
+    if v1:
+        nvml.nvmlDeviceGetGpuFabricInfo = lambda handle, ref: fill(ref)
+    return nvml
+
+
+def test_probe_reads_the_fabric_as_the_v13_xml_prints_it():
+    xml_gpu = parse_xml(GB200_XML.read_text(encoding="utf-8")).gpus[0]
+    probed = nvml_probe._fabric(_fabric_nvml(), handle=None)
+    assert {k: probed[k] for k in FABRIC_FIELDS} == {k: getattr(xml_gpu, k) for k in FABRIC_FIELDS}
+
+
+def test_probe_fabric_falls_back_for_older_drivers_and_bindings():
+    # Driver without nvmlDeviceGetGpuFabricInfoV (FUNCTION_NOT_FOUND, 13): the v1 call, no health.
+    old = nvml_probe._fabric(_fabric_nvml(v_error=13), handle=None)
+    assert (old["fabric_state"], old["fabric_clique_id"], old["fabric_health_summary"]) == ("Completed", 2, None)
+    assert old["fabric_bandwidth"] is None and old["fabric_route_unhealthy"] is None
+    # A binding with neither call: every fabric fact is None (not read), and the probe still answers.
+    bare = nvml_probe._grace_blackwell(types.SimpleNamespace(NVMLError=Exception), handle=None)
+    assert set(bare) == {*FABRIC_FIELDS, "gpu_recovery_action", "chassis_serial", "slot_number", "tray_index",
+                         "module_id", "c2c_mode"}
+    assert set(bare.values()) == {None}
+    # A GPU without a fabric (NOT_SUPPORTED, 3): recorded by name, which the facts read as "not supported".
+    unsupported = nvml_probe._fabric(_fabric_nvml(v_error=3, v1=False), handle=None)
+    assert unsupported["fabric_state"] == {"error": "NOT_SUPPORTED", "code": 3}
+    facts = parse_probe_json(json.dumps({"gpus": [{"index": 0, **unsupported}]}) + "\n__NVD_PROBE_END__\n")
+    assert facts.gpus[0].fabric_state is None and facts.gpus[0].errors == ()

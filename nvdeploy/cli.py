@@ -18,11 +18,10 @@ from nvdeploy import __version__
 from nvdeploy.builtin import data_dir
 from nvdeploy.commands.slurm import slurm_options
 from nvdeploy.engine import EngineOptions, Interrupted
-from nvdeploy.hostrange import fold
 from nvdeploy.inventory import Inventory, load_inventory
 from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.record import OutputError
-from nvdeploy.results import ExitCode, NodeResult, Verdict
+from nvdeploy.results import ExitCode, NodeResult
 from nvdeploy.yamlfile import ConfigError
 
 SUDO_PASSWORD_ENV = "NVDEPLOY_SUDO_PASSWORD"
@@ -120,20 +119,9 @@ def _after_run(outcome: Any, baseline: Optional[Path], prometheus_file: Optional
 
 def _summary_lines(nodes: list[NodeResult]) -> list[str]:
     """One line per group of nodes with the same verdict and the same failing checks, folded into ranges."""
-    groups: dict[tuple[str, str], list[str]] = {}
-    for node in nodes:
-        bad = sorted({f"{f.check}" for f in node.findings if f.verdict in (Verdict.FAIL, Verdict.ERROR, Verdict.WARN)})
-        groups.setdefault((node.verdict.value, ", ".join(bad)), []).append(node.name)
-    lines = []
-    for (verdict, bad), names in sorted(groups.items(), key=lambda item: -Verdict(item[0][0]).severity):
-        detail = ""
-        if bad:
-            first = next(n for n in nodes if n.name == names[0])
-            worst = next((f for f in first.findings if f.verdict is first.verdict), None)
-            detail = f"  {bad}" + (f": {_terminal_safe(worst.summary)}" if worst is not None and len(names) == 1
-                                   else "")
-        lines.append(f"{verdict:5} {fold(names)}{detail}")
-    return lines
+    from nvdeploy.report.text import node_summary_lines
+
+    return [_terminal_safe(line) for line in node_summary_lines(nodes)]
 
 
 def _install_sigterm() -> None:
@@ -177,6 +165,10 @@ def _install_sigterm() -> None:
               help="Worker processes that parse and evaluate the nodes' outputs; 0: in the node threads. Default: "
               "one per core (at most 8) from 200 nodes up, none below.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the verdict and the report path.")
+@click.option("-v", "--verbose", is_flag=True, help="Also print every finding that did not pass, node by node.")
+@click.option("--failed-hosts", "failed_hosts_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE", help="Write the FAIL/ERROR nodes there as one folded host list (empty if none), for "
+              "pdsh -w, clush -w or scontrol.")
 @click.option("--progress", "progress_s", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="Print a plain progress line to stderr every SECONDS (logs, pipes); 0: none. Default: one live "
               "status line on a terminal, nothing in a pipe or with -q.")
@@ -186,7 +178,8 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
              accept_new_host_keys: bool, ask_sudo_pass: bool, baseline: Optional[Path],
              prometheus_file: Optional[Path], nccl_pattern: str, no_history: bool, quiet: bool,
              progress_s: Optional[float] = None, allow_busy: bool = False, slurm: Any = None,
-             eval_processes: Optional[int] = None) -> None:
+             eval_processes: Optional[int] = None, verbose: bool = False,
+             failed_hosts_file: Optional[Path] = None) -> None:
     """Validate every node of INVENTORY and write results.json, report.html and junit.xml.
 
     Exit 0 READY, 1 NOT_READY, 2 bad input, 3 INCOMPLETE (some node could not be checked), 130 interrupted.
@@ -213,12 +206,26 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
                             multinode_pattern=nccl_pattern, allow_busy=allow_busy, eval_processes=eval_processes,
                             progress=progress_for(sys.stderr, quiet, progress_s))
     _install_sigterm()
-    if not quiet:
+    plan = None
+    if resume_dir is not None:
+        from nvdeploy.phases.validate import plan_resume
+
+        try:
+            plan = plan_resume(resume_dir, inv)
+        except (FileNotFoundError, ValueError) as exc:
+            raise _fail(str(exc)) from None
+    if quiet:
+        pass  # nothing before the verdict
+    elif plan is not None:
+        click.echo(f"nvdeploy {__version__}: resuming run {plan.header.get('run_id', '?')} of {inv.cluster}: "
+                   f"{len(plan.todo)} of {len(plan.hosts)} node(s) left to check, {len(plan.kept)} kept "
+                   f"(level {plan.level}, forks {forks})", err=True)
+    else:
         click.echo(f"nvdeploy {__version__}: validating {len(inv.hosts)} node(s) of {inv.cluster} "
                    f"(level {level}, forks {forks})", err=True)
     try:
         if resume_dir is not None:
-            outcome = resume_validate(resume_dir, inv, catalog, options)
+            outcome = resume_validate(resume_dir, inv, catalog, options, plan=plan)
         else:
             from nvdeploy.commands.slurm import validate_with_slurm
 
@@ -228,15 +235,9 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
         raise _fail(str(exc)) from None
     diff_text = _after_run(outcome, baseline, prometheus_file,
                            None if no_history else (resume_dir.parent.parent if resume_dir else out_base))
-    if not quiet:
-        from nvdeploy.report.text import summary_lines
+    from nvdeploy.commands.run_end import print_run_end
 
-        for line in summary_lines(outcome.run):
-            click.echo(_terminal_safe(line))
-        for line in diff_text.splitlines():
-            click.echo(_terminal_safe(line))
-    click.echo(f"{outcome.run.verdict.value}: {outcome.run.summary()}")
-    click.echo(f"report: {outcome.reports['html']}")
+    print_run_end(outcome, diff_text, quiet, verbose, failed_hosts_file, _terminal_safe)
     raise click.exceptions.Exit(outcome.exit_code)
 
 

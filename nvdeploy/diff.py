@@ -18,6 +18,9 @@ from nvdeploy.metrics import Metric, node_metrics
 from nvdeploy.results import Finding, NodeResult, RunResult, Verdict
 
 CLUSTER = "(cluster)"
+# Checks that say only that a node was not reached or not checked: such a node's other checks were not "not
+# re-checked", the node was not checked at all (a failure of its own).
+_NODE_LEVEL = ("system.reachable", "system.lock", "system.internal")
 _BAD = (Verdict.FAIL, Verdict.ERROR)
 _GOOD = (Verdict.PASS, Verdict.WARN, Verdict.SKIP)
 # Facts compared for version drift, beyond any fact whose name ends in "_version".
@@ -109,6 +112,11 @@ class RunDiff:
     regressions: tuple[Regression, ...] = ()
     base_dir: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # Checks that ran in the baseline and not in this run (a lighter level, a narrower --limit of checks): not
+    # known to be unchanged. ``after`` is None.
+    not_rechecked: tuple[CheckChange, ...] = ()
+    base_level: str = ""
+    new_level: str = ""
 
     @property
     def worse(self) -> bool:
@@ -118,7 +126,18 @@ class RunDiff:
     @property
     def changed(self) -> bool:
         return bool(self.worse or self.new_warnings or self.fixed_checks or self.fixed_nodes or self.added_nodes
-                    or self.removed_nodes or self.drift)
+                    or self.removed_nodes or self.drift or self.not_rechecked)
+
+    @property
+    def levels_differ(self) -> bool:
+        return bool(self.base_level and self.new_level and self.base_level != self.new_level)
+
+    def level_line(self) -> str:
+        """The first thing to say when the runs checked to different depths; empty when they did not."""
+        if not self.levels_differ:
+            return ""
+        return (f"Different levels: the baseline ran {self.base_level}, this run {self.new_level}; checks it did "
+                "not run are not re-checked, not unchanged.")
 
     def headline(self) -> str:
         """One sentence: what changed since the baseline."""
@@ -142,6 +161,11 @@ class RunDiff:
                          f"node{_s({d.node for d in self.drift})}")
         if self.new_warnings:
             parts.append(f"{len(self.new_warnings)} new warning{_s(self.new_warnings)}")
+        if self.not_rechecked:
+            checks = {c.check for c in self.not_rechecked}
+            nodes = {c.node for c in self.not_rechecked}
+            level = f" (level {self.base_level} -> {self.new_level})" if self.levels_differ else ""
+            parts.append(f"{len(checks)} check{_s(checks)} not re-checked on {len(nodes)} node{_s(nodes)}{level}")
         if not parts:
             return f"No change since baseline {self.base_run_id}."
         return f"Since baseline {self.base_run_id}: " + "; ".join(parts) + "."
@@ -159,6 +183,8 @@ class RunDiff:
             "failing_nodes": list(self.failing_nodes), "fixed_nodes": list(self.fixed_nodes),
             "added_nodes": list(self.added_nodes), "removed_nodes": list(self.removed_nodes),
             "drift": [d.to_dict() for d in self.drift], "regressions": [r.to_dict() for r in self.regressions],
+            "not_rechecked": [c.to_dict() for c in self.not_rechecked], "base_level": self.base_level,
+            "new_level": self.new_level,
         }
         if self.extra:
             data["extra"] = dict(self.extra)
@@ -182,6 +208,8 @@ class RunDiff:
             drift=tuple(VersionDrift.from_dict(d) for d in data.get("drift", [])),
             regressions=tuple(Regression.from_dict(r) for r in data.get("regressions", [])),
             base_dir=str(data.get("base_dir", "")), extra=dict(data.get("extra", {})),
+            not_rechecked=tuple(CheckChange.from_dict(c) for c in data.get("not_rechecked", [])),
+            base_level=str(data.get("base_level", "")), new_level=str(data.get("new_level", "")),
         )
 
 
@@ -217,6 +245,16 @@ def _check_changes(name: str, base: Optional[tuple[Finding, ...]], new: tuple[Fi
         if old in _BAD and now[0] in _GOOD:
             fixed.append(CheckChange(name, check, old.value, now[0].value, now[1] or summary))
     return failures, warnings, fixed
+
+
+def _not_rechecked(name: str, base: tuple[Finding, ...], new: tuple[Finding, ...]) -> list[CheckChange]:
+    """Checks with a verdict in the baseline and none now, on a node this run did check."""
+    if all(f.check in _NODE_LEVEL for f in new) and name != CLUSTER:
+        return []  # not reached now: that is the node's own failure, not a check left out
+    after = {f.check for f in new}
+    return [CheckChange(name, check, verdict.value, None, summary)
+            for check, (verdict, summary) in _by_check(base).items()
+            if check not in after and check not in _NODE_LEVEL]
 
 
 def version_facts(node: NodeResult) -> dict[str, str]:
@@ -269,6 +307,7 @@ def compare_runs(base: RunResult, new: RunResult, tolerance_pct: float = 5.0) ->
     drift: list[VersionDrift] = []
     regressions: list[Regression] = []
     failing_nodes, fixed_nodes = [], []
+    skipped: list[CheckChange] = []
     for name, node in new_nodes.items():
         old = base_nodes.get(name)
         f, w, x = _check_changes(name, old.findings if old else None, node.findings)
@@ -277,6 +316,7 @@ def compare_runs(base: RunResult, new: RunResult, tolerance_pct: float = 5.0) ->
         fixed += x
         if old is None:
             continue
+        skipped += _not_rechecked(name, old.findings, node.findings)
         if node.verdict in _BAD and old.verdict not in _BAD:
             failing_nodes.append(name)
         elif old.verdict in _BAD and node.verdict in _GOOD:
@@ -291,6 +331,7 @@ def compare_runs(base: RunResult, new: RunResult, tolerance_pct: float = 5.0) ->
     failures += f
     warnings += w
     fixed += x
+    skipped += _not_rechecked(CLUSTER, base.cluster_findings, new.cluster_findings)
     return RunDiff(
         base_run_id=base.run_id, new_run_id=new.run_id, base_cluster=base.cluster, new_cluster=new.cluster,
         base_started_at=base.started_at, new_started_at=new.started_at, base_verdict=base.verdict.value,
@@ -301,6 +342,7 @@ def compare_runs(base: RunResult, new: RunResult, tolerance_pct: float = 5.0) ->
         removed_nodes=tuple(n for n in base_nodes if n not in new_nodes),
         drift=tuple(drift), regressions=tuple(sorted(regressions, key=lambda r: r.change_pct if r.unit not in
                                                       ("us", "usec", "µs") else -r.change_pct)),
+        not_rechecked=tuple(skipped), base_level=base.level, new_level=new.level,
     )
 
 
@@ -340,9 +382,10 @@ def _fmt(value: float) -> str:
 
 def render_diff_text(diff: RunDiff, max_lines: int = 50) -> str:
     """The comparison as terminal text: one block per kind of change, nodes folded into host ranges."""
-    lines = [f"baseline {diff.base_run_id} ({diff.base_cluster}, {diff.base_started_at or '?'}, "
-             f"{diff.base_verdict}) -> {diff.new_run_id} ({diff.new_cluster}, {diff.new_started_at or '?'}, "
-             f"{diff.new_verdict})", diff.headline()]
+    lines = [diff.level_line()] if diff.levels_differ else []
+    lines += [f"baseline {diff.base_run_id} ({diff.base_cluster}, {diff.base_started_at or '?'}, "
+              f"{diff.base_verdict}) -> {diff.new_run_id} ({diff.new_cluster}, {diff.new_started_at or '?'}, "
+              f"{diff.new_verdict})", diff.headline()]
 
     def block(title: str, rows: list[str]) -> None:
         if not rows:
@@ -370,4 +413,6 @@ def render_diff_text(diff: RunDiff, max_lines: int = 50) -> str:
     block(f"New warnings ({len(diff.new_warnings)}):",
           [f"WARN  {g['hosts']}  {g['check']} (was {g['before']}): {_short(g['summary'])}"
            for g in group_changes(diff.new_warnings)])
+    block(f"Not re-checked: ran in the baseline, not in this run ({len(diff.not_rechecked)}):",
+          [f"{g['hosts']}  {g['check']} (was {g['before']})" for g in group_changes(diff.not_rechecked)])
     return "\n".join(lines) + "\n"

@@ -62,6 +62,9 @@ class ErrorReason(str, enum.Enum):
     INTERRUPTED = "interrupted"
     # Another workload holds the node: GPU compute processes, a Slurm job, or another nvdeploy run's lock.
     BUSY = "busy"
+    # A folder nvdeploy would use on the node (its run lock's, its temp folder's, an MPS pipe folder) is a link,
+    # another user's, or writable by others: nothing was run through it.
+    LOCK = "lock"
     # The change is made but only takes effect after a reboot nvdeploy was not allowed to do (--allow-reboot).
     REBOOT_REQUIRED = "reboot_required"
 
@@ -77,6 +80,8 @@ class Remediation(str, enum.Enum):
     TUNE = "TUNE"
     MONITOR = "MONITOR"
     INVESTIGATE = "INVESTIGATE"
+    # The check never ran to its end because the run was interrupted: ``nvdeploy validate --resume`` runs it.
+    RESUME = "RESUME"
 
 
 class ClusterVerdict(str, enum.Enum):
@@ -256,6 +261,11 @@ class NodeResult:
     def verdict(self) -> Verdict:
         return Verdict.worst(f.verdict for f in self.findings)
 
+    @property
+    def interrupted(self) -> bool:
+        """The run was interrupted before this node finished: ``--resume`` checks it again."""
+        return any(f.reason is ErrorReason.INTERRUPTED for f in self.findings)
+
     def with_findings(self, extra: Iterable[Finding]) -> NodeResult:
         return replace(self, findings=self.findings + tuple(extra))
 
@@ -308,18 +318,22 @@ class NodeBrief(NamedTuple):
     facts: Mapping[str, Any] = {}
     # The findings the cluster checks read (power.node), in order.
     kept: tuple[Finding, ...] = ()
+    # The run was interrupted before this node finished (NodeResult.interrupted).
+    interrupted: bool = False
 
     @classmethod
     def of(cls, node: NodeResult, fact_keys: Iterable[str] = BRIEF_FACTS, keep: Iterable[str] = ()) -> NodeBrief:
         worst: dict[str, Verdict] = {}
+        interrupted = False
         for finding in node.findings:
+            interrupted = interrupted or finding.reason is ErrorReason.INTERRUPTED
             current = worst.get(finding.check)
             if current is None or finding.verdict.severity > current.severity:
                 worst[finding.check] = finding.verdict
         wanted = set(keep)
         return cls(node.name, Verdict.worst(worst.values()), node.profile, node.duration_s, node.address,
                    tuple(worst.items()), {k: node.facts[k] for k in fact_keys if k in node.facts},
-                   tuple(f for f in node.findings if f.check in wanted) if wanted else ())
+                   tuple(f for f in node.findings if f.check in wanted) if wanted else (), interrupted)
 
 
 def node_briefs(nodes: Sequence[NodeResult]) -> Sequence[NodeBrief]:

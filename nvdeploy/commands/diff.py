@@ -1,7 +1,9 @@
 """``nvdeploy diff RUN_A RUN_B``: what changed between two runs, as text on the terminal.
 
 Exit 0 when nothing got worse, 1 when something did (a new FAIL/ERROR, a node that now fails, a measurement
-worse than the tolerance), 2 on bad input: usable as a gate after a maintenance window.
+worse than the tolerance), 3 when nothing got worse but checks of the baseline were not run again (a quick run
+against a standard baseline: not known to be unchanged), 2 on bad input: usable as a gate after a maintenance
+window.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ def diff_command(run_a: str, run_b: str, tolerance_pct: float, db: Optional[Path
     """Compare RUN_B against the baseline RUN_A (run folders, or run ids from the history).
 
     Shows new failures, fixed nodes, nodes added or gone, version drift (driver, CUDA, DCGM, NCCL, firmware)
-    and measurements that regressed beyond --tolerance. Exit 0 nothing got worse, 1 something did, 2 bad input.
+    and measurements that regressed beyond --tolerance, and the checks of RUN_A that RUN_B did not run. Exit 0
+    nothing got worse, 1 something did, 3 nothing got worse but checks were not re-checked, 2 bad input.
     """
     try:
         base = load_run(resolve_run(run_a, db))
@@ -61,7 +64,7 @@ def diff_command(run_a: str, run_b: str, tolerance_pct: float, db: Optional[Path
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
     else:
         click.echo(render_diff_text(result), nl=False)
-    raise click.exceptions.Exit(1 if result.worse else 0)
+    raise click.exceptions.Exit(1 if result.worse else 3 if result.not_rechecked else 0)
 
 
 def register(cli: click.Group) -> None:

@@ -216,14 +216,28 @@ def _run_stage(stage: _ClusterStage, spool: NodeSpool, options: EngineOptions,
     return list(cluster)
 
 
-def _unfinished(node: NodeResult) -> bool:
-    return any(f.reason is ErrorReason.INTERRUPTED for f in node.findings)
+@dataclass(frozen=True)
+class ResumePlan:
+    """What ``validate --resume RUN_DIR`` will do: the run's header, the nodes it keeps and those it checks."""
+
+    run_dir: Path
+    header: dict
+    kept: tuple[NodeResult, ...]
+    todo: tuple[Host, ...]
+    hosts: tuple[Host, ...]
+
+    @property
+    def level(self) -> str:
+        return str(self.header.get("level", "quick"))
 
 
-def resume_validate(run_dir: Path, inventory: Inventory, catalog: ProfileCatalog, options: EngineOptions,
-                    progress: Optional[Callable[[NodeResult], None]] = None) -> ValidateOutcome:
-    """``validate --resume RUN_DIR``: check only the nodes of that run without a finished result, then write the
-    complete reports of the run (same run id, same folder)."""
+def plan_resume(run_dir: Path, inventory: Inventory) -> ResumePlan:
+    """Read an interrupted run's journal: the nodes with a finished result are kept, the others are to check.
+
+    Raises:
+        FileNotFoundError: no journal, or one without a run header.
+        ValueError: the inventory no longer lists some node of the run.
+    """
     journal = run_dir / "results.jsonl"
     if not journal.is_file():
         raise FileNotFoundError(f"{journal} not found: nothing to resume")
@@ -235,17 +249,25 @@ def resume_validate(run_dir: Path, inventory: Inventory, catalog: ProfileCatalog
     missing = [name for name in wanted if name not in by_name]
     if missing:
         raise ValueError(f"the inventory no longer lists {', '.join(missing[:5])} of the run being resumed")
-    kept = [n for n in nodes if n.name in wanted and not _unfinished(n)]
+    kept = [n for n in nodes if n.name in wanted and not n.interrupted]
     done = {n.name for n in kept}
     todo = [by_name[name] for name in wanted if name not in done]
-    recorder = RunRecorder(run_dir, append=True)
-    recorder.journal({"type": "resume", "at": _now(), "nodes": [h.name for h in todo]})
-    if header.get("checks"):
-        from dataclasses import replace
+    return ResumePlan(run_dir, header, tuple(kept), tuple(todo), tuple(by_name[name] for name in wanted))
 
+
+def resume_validate(run_dir: Path, inventory: Inventory, catalog: ProfileCatalog, options: EngineOptions,
+                    progress: Optional[Callable[[NodeResult], None]] = None,
+                    plan: Optional[ResumePlan] = None) -> ValidateOutcome:
+    """``validate --resume RUN_DIR``: check only the nodes of that run without a finished result, then write the
+    complete reports of the run (same run id, same folder)."""
+    plan = plan if plan is not None else plan_resume(run_dir, inventory)
+    header = plan.header
+    recorder = RunRecorder(run_dir, append=True)
+    recorder.journal({"type": "resume", "at": _now(), "nodes": [h.name for h in plan.todo]})
+    if header.get("checks"):
         options = replace(options, checks=tuple(header["checks"]))
-    return _execute(header, todo, kept, recorder, catalog, options, bool(header.get("fail_on_warn")), progress,
-                    [by_name[name] for name in wanted])
+    return _execute(header, list(plan.todo), list(plan.kept), recorder, catalog, options,
+                    bool(header.get("fail_on_warn")), progress, list(plan.hosts))
 
 
 def rebuild_reports(run_dir: Path) -> ValidateOutcome:

@@ -31,6 +31,9 @@ from nvdeploy.report.view import (
     action_text,
     attention,
     matrix,
+    not_run,
+    not_run_text,
+    resume_command,
     why,
 )
 from nvdeploy.results import NodeBrief, NodeResult, RunResult, node_briefs
@@ -145,6 +148,8 @@ def _all_nodes(briefs: Sequence[NodeBrief]) -> tuple[list[dict[str, Any]], list[
     out: list[dict[str, Any]] = []
     folded: dict[tuple[str, ...], dict[str, Any]] = {}
     for index, node in enumerate(briefs):
+        if not_run(node):  # listed once, folded, by the caller
+            continue
         verdict = node.verdict
         action = verdict in NEEDS_ACTION
         row = {"index": index, "node": node, "verdict": verdict.value, "action": action,
@@ -244,20 +249,28 @@ def write_html(run: RunResult, out: IO[bytes], diff: Optional[RunDiff] = None, r
     briefs = node_briefs(run.nodes)
     needing = attention(run, briefs)
     checks, rows = matrix(run, diff, briefs)
-    steps = action_list(run, needing)
-    sections, dropped = _node_sections(needing, Path(run_dir) if run_dir is not None else None, excerpt_budget)
+    steps = action_list(run, needing, run_dir)
+    # A node the interrupt cut off has no findings to show, only that it was not run: one line for all of them.
+    unrun = [i for i, brief in enumerate(briefs) if not_run(brief)]
+    sections, dropped = _node_sections([item for item in needing if not not_run(item[1])],
+                                       Path(run_dir) if run_dir is not None else None, excerpt_budget)
     script = report_script()
     verdict = run.verdict.value
     diff_groups = None
     if diff is not None:
         diff_groups = {"new_failures": group_changes(diff.new_failures),
                        "new_warnings": group_changes(diff.new_warnings),
-                       "fixed_checks": group_changes(diff.fixed_checks), "drift": group_drift(diff.drift)}
+                       "fixed_checks": group_changes(diff.fixed_checks), "drift": group_drift(diff.drift),
+                       "not_rechecked": group_changes(diff.not_rechecked)}
     all_nodes, groups = _all_nodes(briefs)
-    data = {"nodes": [b.name for b in briefs], "rows": [r["indexes"] for r in rows], "groups": groups}
+    data = {"nodes": [b.name for b in briefs], "rows": [r["indexes"] for r in rows], "groups": groups,
+            "not_run": unrun}
+    not_run_hosts = fold([briefs[i].name for i in unrun]) if unrun else ""
     chunks = _ENV.get_template("report.html.j2").generate(
         run=run, verdict=verdict, verdict_text=verdict.replace("_", " "), why=why(run, needing), counts=run.counts(),
-        order=ORDER, meta=_meta(run), steps=steps, action_text=action_text(run, steps), checks=checks, rows=rows,
+        order=ORDER, meta=_meta(run), steps=steps, action_text=action_text(run, steps, run_dir), checks=checks,
+        rows=rows, not_run_count=len(unrun), not_run_hosts=not_run_hosts, not_run_text=not_run_text(run, run_dir),
+        resume_command=resume_command(run, run_dir),
         cell_text=CELL_TEXT, cluster_findings=list(run.cluster_findings), sizing_rows=_sizing_rows(run, briefs),
         diff=diff, diff_groups=diff_groups, charts=bandwidth_charts(run), low_pct=LOW_PCT, sections=sections,
         excerpts_dropped=dropped, all_nodes=all_nodes, data=data, script=Markup(script),  # noqa: S704

@@ -1,18 +1,30 @@
 """The terminal summary at the end of a run: one line per group of nodes, folded like the HTML matrix.
 
-``FAIL  gpu003  gpu.count, kmsg.xid: 7 of 8 expected GPUs visible to the driver`` and
-``PASS  gpu[001-002,004-005]``; the cluster-level findings that did not pass follow, one line each.
+``FAIL  gpu003  gpu.count, gpu.pci_visible: 7 of 8 expected GPUs visible to the driver``, then, for the same nodes,
+``      ERROR dcgm.diag: dcgmi diag timed out after 600 s``: each verdict of a group on a line of its own, most severe
+first, its checks in the order the node ran them and the first one's reason in words. A long list of checks is
+shortened (``+22 more``) so the reason is never what gets cut. Nodes an interrupt cut off are one line
+(``ERROR gpu[195-500]  not run: the run was interrupted; resume with `nvdeploy validate --resume DIR```); the
+cluster-level findings that did not pass follow, one line each.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Optional
+import os
+from pathlib import Path
+from typing import Iterable, Iterator, Mapping, Optional, TextIO, Union
 
 from nvdeploy.hostrange import fold
-from nvdeploy.report.view import NEEDS_ACTION
+from nvdeploy.report.view import NEEDS_ACTION, not_run, not_run_text
 from nvdeploy.results import Finding, NodeResult, RunResult, Verdict, node_briefs
 
 SUMMARY_WIDTH = 160
+# A reason is node output quoted verbatim at times (an Xid line names a process): kept whole up to this, which no
+# tool's own message (a hung nvidia-smi's is ~150) comes near.
+REASON_LIMIT = 400
+# The verdicts a node line shows, most severe first (FAIL outranks ERROR: see results.py).
+_SHOWN = sorted(NEEDS_ACTION, key=lambda v: -v.severity)
+_INDENT = " " * 6
 
 
 def _one_line(text: str) -> str:
@@ -23,45 +35,86 @@ def _shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "\u2026"
 
 
-def node_summary_lines(nodes: Iterable[NodeResult], width: int = SUMMARY_WIDTH) -> list[str]:
-    """One line per group of nodes with the same verdict and the same non-passing checks, worst first.
+def _checks_text(checks: list[str], room: int) -> str:
+    """``a, b, c`` in at most ``room`` characters if it can: later names give way to ``+N more``."""
+    full = ", ".join(checks)
+    if len(full) <= room or len(checks) == 1:
+        return full
+    for keep in range(len(checks) - 1, 0, -1):
+        text = ", ".join(checks[:keep]) + f" +{len(checks) - keep} more"
+        if len(text) <= room:
+            return text
+    return f"{checks[0]} +{len(checks) - 1} more"
 
-    One pass; a group keeps its members' names and its first node's worst finding, not the nodes."""
-    groups: dict[tuple[str, tuple[str, ...]], _Group] = {}
+
+class _Group:
+    """Nodes of one summary entry: their names, and per verdict shown the first node's checks (in its order) and
+    first finding; ``same`` says whether every later node has that finding too (then the line quotes it plainly)."""
+
+    def __init__(self, first: NodeResult) -> None:
+        self.names = [first.name]
+        self.parts: list[tuple[Verdict, list[str], Finding]] = []
+        for verdict in _SHOWN:
+            findings = [f for f in first.findings if f.verdict is verdict]
+            if findings:
+                checks = list(dict.fromkeys(f.check for f in findings))
+                self.parts.append((verdict, checks, findings[0]))
+        self.same = True
+
+    def add(self, node: NodeResult) -> None:
+        self.names.append(node.name)
+        if self.same:
+            self.same = all(any(f.check == first.check and f.summary == first.summary for f in node.findings)
+                            for _verdict, _checks, first in self.parts)
+
+    def lines(self, verdict: str, width: int) -> list[str]:
+        head = f"{verdict:5} {fold(self.names)}"
+        if not self.parts:
+            return [head]
+        out = []
+        for number, (shown, checks, first) in enumerate(self.parts):
+            reason = _shorten(_one_line(first.summary), REASON_LIMIT)
+            if not self.same:
+                reason = f"e.g. {self.names[0]}: {reason}"
+            prefix = f"{head}  " if number == 0 else f"{_INDENT}{shown.value} "
+            room = width - len(prefix) - len(reason) - 2
+            out.append(f"{prefix}{_checks_text(checks, room)}: {reason}")
+        return out
+
+
+def _key(node: NodeResult) -> tuple[str, tuple[tuple[str, tuple[str, ...]], ...]]:
+    parts = []
+    for verdict in _SHOWN:
+        checks = tuple(sorted({f.check for f in node.findings if f.verdict is verdict}))
+        if checks:
+            parts.append((verdict.value, checks))
+    return node.verdict.value, tuple(parts)
+
+
+def node_summary_lines(nodes: Iterable[NodeResult], width: int = SUMMARY_WIDTH, resume: str = "") -> list[str]:
+    """One entry per group of nodes with the same verdict and the same non-passing checks, worst first; the nodes
+    an interrupt cut off are one line saying so (``resume``: its text, from :func:`not_run_text`).
+
+    One pass; a group keeps its members' names and its first node's findings that are shown, not the nodes."""
+    groups: dict[tuple[str, tuple[tuple[str, tuple[str, ...]], ...]], _Group] = {}
+    unrun: list[str] = []
     for node in nodes:
-        bad = tuple(sorted({f.check for f in node.findings if f.verdict in NEEDS_ACTION}))
-        key = (node.verdict.value, bad)
+        if not_run(node):
+            unrun.append(node.name)
+            continue
+        key = _key(node)
         group = groups.get(key)
         if group is None:
             groups[key] = _Group(node)
         else:
             group.add(node)
-    lines = []
-    order = sorted(groups.items(), key=lambda item: (-Verdict(item[0][0]).severity, -len(item[1].names)))
-    for (verdict, bad), group in order:
-        line = f"{verdict:5} {fold(group.names)}"
-        if bad:
-            line += f"  {', '.join(bad)}"
-            if group.worst is not None and group.same:
-                line += f": {_one_line(group.worst.summary)}"
-        lines.append(_shorten(line, width))
-    return lines
-
-
-class _Group:
-    """Nodes of one summary line: their names, the first node's worst finding, and whether every later node has
-    a finding of the same check with the same summary (then the line quotes it)."""
-
-    def __init__(self, first: NodeResult) -> None:
-        self.names = [first.name]
-        self.worst: Optional[Finding] = next((f for f in first.findings if f.verdict is first.verdict), None)
-        self.same = True
-
-    def add(self, node: NodeResult) -> None:
-        self.names.append(node.name)
-        worst = self.worst
-        if self.same and worst is not None:
-            self.same = any(f.check == worst.check and f.summary == worst.summary for f in node.findings)
+    entries: list[tuple[int, int, list[str]]] = [
+        (Verdict(key[0]).severity, len(group.names), group.lines(key[0], width)) for key, group in groups.items()]
+    if unrun:
+        text = resume or "not run: the run was interrupted"
+        entries.append((Verdict.ERROR.severity, len(unrun), [f"{Verdict.ERROR.value:5} {fold(unrun)}  {text}"]))
+    entries.sort(key=lambda entry: (-entry[0], -entry[1]))
+    return [line for _severity, _count, lines in entries for line in lines]
 
 
 def _passing(run: RunResult) -> Iterator[NodeResult]:
@@ -74,12 +127,48 @@ def _passing(run: RunResult) -> Iterator[NodeResult]:
             yield NodeResult(brief.name, (Finding("", brief.verdict, ""),))
 
 
-def summary_lines(run: RunResult, width: int = SUMMARY_WIDTH) -> list[str]:
+def summary_lines(run: RunResult, width: int = SUMMARY_WIDTH,
+                  run_dir: Optional[Union[str, Path]] = None) -> list[str]:
     """The end-of-run terminal summary: node groups, then the cluster findings that did not pass."""
     nodes: Iterable[NodeResult] = run.nodes if isinstance(run.nodes, (tuple, list)) else _passing(run)
-    lines = node_summary_lines(nodes, width)
+    lines = node_summary_lines(nodes, width, not_run_text(run, run_dir))
     for finding in run.cluster_findings:
         if finding.verdict is not Verdict.PASS and finding.verdict is not Verdict.SKIP:
             lines.append(_shorten(f"{finding.verdict.value:5} cluster  {finding.check}: {_one_line(finding.summary)}",
                                   width))
     return lines
+
+
+def failed_hosts(run: RunResult) -> list[str]:
+    """The nodes that FAILed or could not be checked (ERROR), in run order; not those an interrupt cut off (they
+    are for ``--resume``, not for a repair)."""
+    return [b.name for b in node_briefs(run.nodes)
+            if b.verdict in (Verdict.FAIL, Verdict.ERROR) and not not_run(b)]
+
+
+# Colour of a line's leading word (a node line's verdict, the run's verdict): ANSI SGR codes.
+_COLOURS = {"FAIL": "1;31", "NOT_READY": "1;31", "ERROR": "1;35", "INCOMPLETE": "1;33", "WARN": "33",
+            "PASS": "32", "READY": "1;32", "SKIP": "2"}
+
+
+def colour_wanted(stream: TextIO, environ: Optional[Mapping[str, str]] = None) -> bool:
+    """Colour only on a terminal, and never when ``NO_COLOR`` is set to anything (https://no-color.org)."""
+    if (os.environ if environ is None else environ).get("NO_COLOR"):
+        return False
+    return _isatty(stream)
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def paint(line: str) -> str:
+    """``line`` with its leading verdict word coloured; any other line unchanged."""
+    word = line.split(" ", 1)[0].rstrip(":")
+    code = _COLOURS.get(word)
+    if code is None:
+        return line
+    return f"\x1b[{code}m{word}\x1b[0m{line[len(word):]}"

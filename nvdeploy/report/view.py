@@ -7,16 +7,28 @@ from __future__ import annotations
 
 import shlex
 from collections import Counter, OrderedDict
-from typing import Any, Iterator, Optional, Sequence
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence, Union
 
 from nvdeploy.diff import RunDiff
 from nvdeploy.hostrange import fold
-from nvdeploy.results import ClusterVerdict, Finding, NodeBrief, NodeResult, RunResult, Verdict, node_briefs
+from nvdeploy.results import (
+    ClusterVerdict,
+    ErrorReason,
+    Finding,
+    NodeBrief,
+    NodeResult,
+    RunResult,
+    Verdict,
+    node_briefs,
+)
 
 NEEDS_ACTION = (Verdict.FAIL, Verdict.ERROR, Verdict.WARN)
-# Most urgent first: take broken hardware out of service before anything else.
-ACTION_ORDER = ("ISOLATE", "REINSTALL", "REBOOT", "RESET_GPU", "TUNE", "INVESTIGATE", "MONITOR")
+# Most urgent first: finish an interrupted run (the verdict covers only part of the cluster until then), then take
+# broken hardware out of service before anything else.
+ACTION_ORDER = ("RESUME", "ISOLATE", "REINSTALL", "REBOOT", "RESET_GPU", "TUNE", "INVESTIGATE", "MONITOR")
 ACTION_TEXT = {
+    "RESUME": "not run: the run was interrupted",
     "ISOLATE": "drain from the scheduler and keep out of production; open a hardware ticket (RMA if it repeats)",
     "REINSTALL": "drain, reinstall the expected driver/software, reboot",
     "REBOOT": "drain, then reboot",
@@ -26,6 +38,31 @@ ACTION_TEXT = {
     "MONITOR": "keep in service and watch for repeats",
 }
 CELL_TEXT = {"PASS": "PASS", "FAIL": "FAIL", "ERROR": "ERROR", "WARN": "WARN", "SKIP": "SKIP", "": "\u2013"}
+
+
+def not_run(node: Union[NodeResult, NodeBrief]) -> bool:
+    """The run was interrupted before this node finished and nothing on it FAILed: all there is to say is that it
+    was not run (its findings stay ERROR interrupted in results.json; ``--resume`` checks it again)."""
+    return node.interrupted and node.verdict is Verdict.ERROR
+
+
+def resume_command(run: RunResult, run_dir: Optional[Union[str, Path]]) -> str:
+    """The command that finishes an interrupted run (only a validate run can be resumed)."""
+    if run.phase != "validate":
+        return f"nvdeploy {run.phase} again"
+    where = str(run_dir) if run_dir is not None else f"reports/{run.cluster}/{run.run_id}"
+    return f"nvdeploy validate --resume {shlex.quote(where)}"
+
+
+def not_run_text(run: RunResult, run_dir: Optional[Union[str, Path]]) -> str:
+    """What a not-run node's single line says: ``not run: the run was interrupted; resume with `...```."""
+    verb = "resume with" if run.phase == "validate" else "run"
+    return f"{ACTION_TEXT['RESUME']}; {verb} `{resume_command(run, run_dir)}`"
+
+
+def not_run_names(run: RunResult, briefs: Optional[Sequence[NodeBrief]] = None) -> list[str]:
+    """The nodes of ``run`` that were not run (interrupted), in run order."""
+    return [b.name for b in (node_briefs(run.nodes) if briefs is None else briefs) if not_run(b)]
 
 
 def check_ids(run: RunResult, briefs: Optional[Sequence[NodeBrief]] = None) -> list[str]:
@@ -75,14 +112,18 @@ def matrix(run: RunResult, diff: Optional[RunDiff] = None,
     new = _new_cells(diff)
     groups: OrderedDict[tuple[Any, ...], list[int]] = OrderedDict()
     for index, brief in enumerate(briefs):
+        if not_run(brief):  # wherever each was cut off, not-run nodes are one row: there is nothing else to say
+            groups.setdefault((brief.verdict.value, None), []).append(index)
+            continue
         worst = dict(brief.checks)
         cells = tuple((worst[c].value if c in worst else "", (brief.name, c) in new) for c in checks)
         groups.setdefault((brief.verdict.value, cells), []).append(index)
     rows = []
     for (verdict, cells), indexes in groups.items():
         names = [briefs[i].name for i in indexes]
-        rows.append({"hosts": fold(names), "count": len(names), "verdict": verdict, "cells": cells,
-                     "names": names, "indexes": indexes, "action": Verdict(verdict) in NEEDS_ACTION})
+        rows.append({"hosts": fold(names), "count": len(names), "verdict": verdict, "cells": cells or (),
+                     "names": names, "indexes": indexes, "action": Verdict(verdict) in NEEDS_ACTION,
+                     "not_run": cells is None})
     rows.sort(key=lambda r: (-Verdict(r["verdict"]).severity, -r["count"] if r["verdict"] in ("PASS", "SKIP") else 0,
                              r["hosts"]))
     return checks, rows
@@ -98,27 +139,37 @@ def attention(run: RunResult, briefs: Optional[Sequence[NodeBrief]] = None) -> l
 def _action_of(finding: Finding) -> Optional[str]:
     if finding.verdict not in NEEDS_ACTION:
         return None
+    if finding.reason is ErrorReason.INTERRUPTED:
+        return "RESUME"
     if finding.remediation.value != "NONE":
         return finding.remediation.value
     return "INVESTIGATE" if finding.verdict in (Verdict.ERROR, Verdict.FAIL) else "MONITOR"
 
 
-def action_list(run: RunResult, needing: Optional[Sequence[tuple[int, NodeResult]]] = None) -> list[dict[str, Any]]:
+def action_list(run: RunResult, needing: Optional[Sequence[tuple[int, NodeResult]]] = None,
+                run_dir: Optional[Union[str, Path]] = None) -> list[dict[str, Any]]:
     """What the on-call engineer does, to which nodes, most urgent first.
 
     One step per action and set of checks: nodes that need the same action for the same checks are folded into
     one host range (``ISOLATE gpu[003,457]: memory.ecc_errors``). A step is ``{action, what, verdict, hosts,
     count, nodes, items: [{check, verdict, summary, example_node, reasons}]}``. A cluster-level finding is a
-    step of its own only when no node carries the same check.
+    step of its own only when no node carries the same check. Every node an interrupt cut off is in one RESUME
+    step that names the resume command (``run_dir``: where the run is), with no item per check: the checks of a
+    not-run node are not findings, and a node that FAILed before the interrupt keeps its other steps.
     """
     per_action: dict[str, dict[str, dict[str, Finding]]] = {}
     node_checks = set()
+    resume: list[str] = []
     # ``needing`` (attention()'s list) is in any order: the steps are grouped and sorted below, and each node's
     # checks are its own; the nodes of a step are listed in run order either way.
     for _index, node in sorted(needy(run) if needing is None else needing, key=lambda item: item[0]):
+        if node.interrupted:
+            resume.append(node.name)
+            if not_run(node):
+                continue
         for finding in node.findings:
             action = _action_of(finding)
-            if action is None:
+            if action is None or action == "RESUME":
                 continue
             node_checks.add(finding.check)
             checks = per_action.setdefault(action, {}).setdefault(node.name, {})
@@ -142,6 +193,9 @@ def action_list(run: RunResult, needing: Optional[Sequence[tuple[int, NodeResult
             steps.append({"action": action, "what": ACTION_TEXT.get(action, action.lower()),
                           "verdict": items[0]["verdict"], "hosts": fold(names), "count": len(names),
                           "nodes": names, "items": items})
+    if resume:
+        steps.append({"action": "RESUME", "what": not_run_text(run, run_dir), "verdict": Verdict.ERROR.value,
+                      "hosts": fold(resume), "count": len(resume), "nodes": resume, "items": []})
     for finding in run.cluster_findings:
         action = _action_of(finding)
         if action is None or finding.check in node_checks:
@@ -155,9 +209,10 @@ def action_list(run: RunResult, needing: Optional[Sequence[tuple[int, NodeResult
     return steps
 
 
-def action_text(run: RunResult, steps: Optional[list[dict[str, Any]]] = None) -> str:
+def action_text(run: RunResult, steps: Optional[list[dict[str, Any]]] = None,
+                run_dir: Optional[Union[str, Path]] = None) -> str:
     """The action list as plain text to paste into a ticket (no markup, numbered steps, one line per check)."""
-    steps = action_list(run) if steps is None else steps
+    steps = action_list(run, run_dir=run_dir) if steps is None else steps
     head = (f"nvdeploy {run.phase} of {run.cluster} (run {run.run_id}, {run.started_at or 'time unknown'}): "
             f"{run.verdict.value.replace('_', ' ')}. {run.summary()}")
     if not steps:
@@ -173,7 +228,8 @@ def action_text(run: RunResult, steps: Optional[list[dict[str, Any]]] = None) ->
             reasons = ", ".join(f"{r} x{n}" for r, n in item["reasons"].most_common())
             lines.append(f"   - {item['verdict']} {item['check']}{example}: {item['summary']}"
                          + (f" [{reasons}]" if reasons else ""))
-        acted += [name for name in step["nodes"] if name not in acted]
+        if step["action"] != "RESUME":  # the resume command checks those again
+            acted += [name for name in step["nodes"] if name not in acted]
     if acted and run.inventory:
         lines.append(f"{len(steps) + 1}. Re-validate: nvdeploy {run.phase} -i {shlex.quote(run.inventory)} "
                      f"--level {shlex.quote(run.level)} --limit {shlex.quote(fold(acted))}")
@@ -191,8 +247,12 @@ def why(run: RunResult, needing: Optional[Sequence[tuple[int, NodeResult]]] = No
         wanted = (Verdict.FAIL, Verdict.WARN)
     per_check: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
+    unrun = 0
     # Only nodes that need action can hold a wanted verdict or an ERROR finding.
     for _index, node in sorted(needy(run) if needing is None else needing, key=lambda item: item[0]):
+        if not_run(node):  # one node, not one ERROR per check it did not get to
+            unrun += 1
+            continue
         for check, worst in worst_by_check(node.findings).items():
             if worst in wanted:
                 per_check[check] += 1
@@ -209,4 +269,6 @@ def why(run: RunResult, needing: Optional[Sequence[tuple[int, NodeResult]]] = No
         detail = ("; failing: " if verdict is ClusterVerdict.NOT_READY else "; not determined: ") + ", ".join(parts)
     if verdict is ClusterVerdict.INCOMPLETE and reasons:
         detail += " (" + ", ".join(f"{r}: {n}" for r, n in reasons.most_common(3)) + ")"
+    if unrun:
+        detail += f"; {unrun} node{'' if unrun == 1 else 's'} not run (interrupted)"
     return base + detail + "."

@@ -339,3 +339,62 @@ def test_ten_thousand_node_report_is_small_and_every_node_findable(browser, tmp_
     assert len(page.visible("#nodes-table tbody tr")) == 100
     print(f"\n10,000-node report: {size / 1e6:.2f} MB, loaded in {load_s:.2f} s")
     assert load_s < 30
+
+
+def _interrupted_fleet(run_dir: Path) -> RunResult:
+    """500 nodes Ctrl-C'd: 194 finished (one FAILed), 64 were running (25 checks cut off each), 242 never started."""
+    from nvdeploy.results import ErrorReason
+
+    nodes = []
+    for i in range(1, 501):
+        name = f"gpu{i:03d}"
+        if i <= 194:
+            findings = [Finding(f"check.{c}", Verdict.PASS, "fine", node=name) for c in range(25)]
+            if i == 3:
+                findings.append(Finding("memory.ecc_errors", Verdict.FAIL, "2 uncorrectable ECC errors", node=name,
+                                        remediation=Remediation.RESET_GPU))
+        elif i <= 258:
+            findings = [Finding("system.reachable", Verdict.PASS, "connected", node=name)]
+            findings += [Finding(f"check.{c}", Verdict.ERROR, "not evaluated: nvidia-smi result unusable: run "
+                                 "interrupted", node=name, reason=ErrorReason.INTERRUPTED) for c in range(25)]
+        else:
+            findings = [Finding("system.reachable", Verdict.ERROR, "not finished: run interrupted", node=name,
+                                reason=ErrorReason.INTERRUPTED)]
+        nodes.append(NodeResult(name, tuple(findings)))
+    run = RunResult("20261202T020000Z-abc123", "fleet", "validate", tuple(nodes), interrupted=True,
+                    inventory="fleet.yaml")
+    run_dir.mkdir(parents=True)
+    write_reports(run, run_dir)
+    return run
+
+
+def test_interrupted_report_names_not_run_nodes_once_and_the_resume_command_on_the_first_screen(browser, tmp_path):
+    run_dir = tmp_path / "reports" / "fleet" / "20261202T020000Z-abc123"
+    _interrupted_fleet(run_dir)
+    page = browser.open(run_dir / "report.html")
+    resume = f"nvdeploy validate --resume {run_dir}"
+    first = page.eval("""(() => { const e = document.getElementById('resume'); if (!e) return null;
+        const r = e.getBoundingClientRect();
+        return {text: e.innerText.trim(), seen: r.width > 0 && r.top >= 0 && r.bottom <= window.innerHeight}; })()""")
+    assert first is not None and first["seen"], first
+    assert first["text"] == f"gpu[195-500] (306 nodes): not run: the run was interrupted; resume with {resume}"
+    # One line per folded range of not-run nodes wherever nodes are listed, not a line (or 25) per node.
+    matrix = [row for row in page.visible("#matrix-table tbody tr") if "not run" in row]
+    assert len(matrix) == 1 and matrix[0].startswith("gpu[195-500]\t306\tERROR\tnot run: the run was interrupted")
+    nodes = [row for row in page.visible("#nodes-table tbody tr") if "gpu[195-500]" in row or "gpu2" in row]
+    assert nodes == [f"gpu[195-500]\tERROR\t306 nodes not run: the run was interrupted; resume with {resume}"]
+    assert page.eval("document.querySelectorAll('#findings details.node').length") == 1  # gpu003's FAIL only
+    assert page.visible("#not-run-findings") == [f"ERRORgpu[195-500] (306 nodes): not run: the run was "
+                                                 f"interrupted; resume with {resume}"]
+    steps = page.visible("ol.steps > li")
+    assert steps[0].startswith("RESUME gpu[195-500] (306 nodes) \u2014 not run: the run was interrupted; resume "
+                               f"with {resume}") and len(steps) == 2, steps
+    assert "INVESTIGATE" not in page.eval("document.getElementById('actions').innerText")
+    page.type("#search", "gpu300")  # a not-run node is still found inside its range
+    assert page.visible("#gnr .hits") == ["\u2192 gpu300"]
+    page.eval("document.getElementById('search').value = ''; document.getElementById('search')"
+              ".dispatchEvent(new Event('input'))")
+    page.eval("window.scrollTo(0, 0)")
+    shot = page.screenshot(tmp_path / "interrupted-first-screen.png")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+    print(f"\nscreenshot of the interrupted report's first screen: {shot}")

@@ -130,3 +130,47 @@ def test_demo_runs_compare_end_to_end(tmp_path):
     result = runner.invoke(cli, ["diff", str(first), str(second)])
     assert result.exit_code == 0, result.output
     assert "Fixed nodes (1):\n  gpu016" in result.output
+
+
+def _levelled(run_id: str, level: str, *nodes: NodeResult) -> RunResult:
+    return RunResult(run_id, "rack", "validate", tuple(nodes), level=level,
+                     started_at=f"2026-{run_id[-2:]}-01T00:00:00+00:00")
+
+
+def test_checks_not_run_again_are_not_rechecked_not_unchanged(tmp_path):
+    heavy = (Finding("dcgm.diag", Verdict.PASS, "dcgmi diag -r 2: all tests passed", node="n"),)
+    standard = _levelled("s-08", "standard", *(node(n, *(replace_node(f, n) for f in heavy)) for n in ("gpu01",
+                                                                                                         "gpu02")),
+                         node("gpu03", Finding("system.reachable", Verdict.ERROR, "timeout", node="gpu03",
+                                               reason=ErrorReason.TIMEOUT), busbw=None))
+    quick = _levelled("q-09", "quick", node("gpu01", busbw=None), node("gpu02", busbw=None),
+                      node("gpu03", busbw=None))
+    diff = compare_runs(standard, quick)
+    assert sorted((c.node, c.check, c.before) for c in diff.not_rechecked) == [
+        ("gpu01", "dcgm.diag", "PASS"), ("gpu01", "nccl.all_reduce", "PASS"), ("gpu02", "dcgm.diag", "PASS"),
+        ("gpu02", "nccl.all_reduce", "PASS")]
+    assert diff.changed and not diff.worse
+    assert diff.headline() != "No change since baseline s-08."
+    assert "2 checks not re-checked on 2 nodes (level standard -> quick)" in diff.headline()
+    text = render_diff_text(diff)
+    assert text.splitlines()[0].startswith("Different levels: the baseline ran standard, this run quick")
+    assert ("Not re-checked: ran in the baseline, not in this run (4):\n  gpu[01-02]  dcgm.diag (was PASS)\n"
+            "  gpu[01-02]  nccl.all_reduce (was PASS)") in text
+    assert RunDiff.from_dict(json.loads(json.dumps(diff.to_dict()))) == diff
+    a, b = write_run(tmp_path, standard), write_run(tmp_path, quick)
+    result = CliRunner().invoke(cli, ["diff", str(a), str(b)])
+    assert result.exit_code == 3, result.output  # nothing got worse, but not everything was looked at again
+    assert "No change" not in result.output and "Not re-checked" in result.output
+    assert not compare_runs(quick, standard).not_rechecked  # the other way round: every check ran again
+
+
+def replace_node(finding: Finding, name: str) -> Finding:
+    from dataclasses import replace
+
+    return replace(finding, node=name)
+
+
+def test_same_level_and_same_checks_say_nothing_of_levels():
+    diff = compare_runs(BASE, BASE)
+    assert not diff.not_rechecked and not diff.levels_differ and diff.level_line() == ""
+    assert not render_diff_text(diff).startswith("Different levels")

@@ -20,6 +20,16 @@ def test_one_line_per_group_of_nodes_folded_like_the_matrix():
                     cluster_findings=(Finding("driver.consistency", Verdict.FAIL, "2 driver versions"),))
     lines = summary_lines(run)
     assert lines[0] == "FAIL  gpu[003,006]  gpu.persistence: persistence mode disabled on 8 of 8 GPUs"
-    assert lines[1].startswith("FAIL  gpu007  kmsg.xid: Xid 79 xxx") and len(lines[1]) == 160
+    # The reason is never what gets cut for width; only node output beyond REASON_LIMIT is.
+    assert lines[1] == "FAIL  gpu007  kmsg.xid: Xid 79 " + "x" * 300
     assert lines[2] == "PASS  gpu[001-002,004-005,008]"
     assert lines[3] == "FAIL  cluster  driver.consistency: 2 driver versions"
+
+
+def test_a_reason_is_cut_only_beyond_its_limit():
+    from nvdeploy.report.text import REASON_LIMIT
+
+    run = RunResult("r", "c", "validate", (_node("gpu001", ("kmsg.xid", "Xid 13 name=" + "y" * 2000)),))
+    (line,) = summary_lines(run)
+    assert line.startswith("FAIL  gpu001  kmsg.xid: Xid 13 name=yyy") and line.endswith("\u2026")
+    assert len(line) == len("FAIL  gpu001  kmsg.xid: ") + REASON_LIMIT

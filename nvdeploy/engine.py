@@ -24,6 +24,7 @@ from nvdeploy.checks.heavy_gate import (
     INTERRUPTED_SKIP,
     HeavySkip,
     batch_refused,
+    batch_unsafe,
     heavy_skip,
 )
 from nvdeploy.collect import light_specs, specs_for
@@ -245,9 +246,12 @@ class NodeRunner:
                 return error_node(host, "system.lock" if reason is ErrorReason.BUSY else "system.reachable",
                                   exc.detail, reason, time.monotonic() - started, Remediation.INVESTIGATE)
             holder = batch_refused({r.name: r for r in results})
-            if holder is not None:
-                busy = Finding("system.lock", Verdict.ERROR, f"node busy, not checked: {holder}", node=host.name,
-                               reason=ErrorReason.BUSY, remediation=Remediation.INVESTIGATE)
+            unsafe = batch_unsafe({r.name: r for r in results}) if holder is None else None
+            if holder is not None or unsafe is not None:
+                busy = Finding("system.lock", Verdict.ERROR,
+                               f"node busy, not checked: {holder}" if holder is not None else f"not checked: {unsafe}",
+                               node=host.name, reason=ErrorReason.BUSY if holder is not None else ErrorReason.LOCK,
+                               remediation=Remediation.INVESTIGATE)
                 return NodeResult(host.name, (reach, busy), address=host.address, profile=profile.stamp,
                                   connection=host.connection, duration_s=time.monotonic() - started)
             results, skipped = self._run_heavy(transport, heavy, results, host.name)

@@ -1,12 +1,17 @@
-"""Command lines of the GPU-stack collectors (nvdeploy/collect_stack.py), without imports: the simulator's fake
-tools (nvdeploy/sim/stack_tools.py) run on fake nodes from a bare copy of the package and recognise them."""
+"""Command lines of the GPU-stack collectors (nvdeploy/collect_stack.py), importing only the import-free
+nvdeploy/transport/node_paths.py: the simulator's fake tools (nvdeploy/sim/stack_tools.py) run on fake nodes from a
+bare copy of the package and recognise them."""
 
 from __future__ import annotations
+
+from nvdeploy.transport.node_paths import SAFE_DIR_SH
 
 MARKER_FORMAT = "\\n== %p\\n"  # find -printf: a newline first, so a file without a final newline cannot hide it
 CUDA_FIND_ARGV = (
     "find", "/usr/local", "-maxdepth", "3",
-    "(", "-path", "/usr/local/cuda*/version.json", "-o", "-path", "/usr/local/cuda*/version.txt", ")",
+    # -type f: find never follows a link (-P), and cat is given only plain files, so a planted link to a secret
+    # is not printed into the evidence.
+    "(", "-path", "/usr/local/cuda*/version.json", "-o", "-path", "/usr/local/cuda*/version.txt", ")", "-type", "f",
     "-printf", MARKER_FORMAT, "-exec", "cat", "{}", ";",
     "-o", "-path", "/usr/local/cuda*/compat/libcuda.so.*", "-printf", MARKER_FORMAT,
     # Every toolkit folder itself (a trailing slash marks it): one without a version file is still seen.
@@ -14,8 +19,16 @@ CUDA_FIND_ARGV = (
 )
 MPS_PIPE_DEFAULT = "/tmp/nvidia-mps"
 MPS_LOG_DEFAULT = "/var/log/nvidia-mps"
-# $0 names the helper (the simulator recognises it); $1/$2 are the pipe and log folders.
-MPS_SCRIPT = ('CUDA_MPS_PIPE_DIRECTORY="$1" CUDA_MPS_LOG_DIRECTORY="$2"; '
+# The helper's exit status and message when the pipe folder is not safe to talk through (another user's, a link,
+# writable by others): the client is not run, so nothing is written to a pipe someone else may have planted.
+MPS_UNSAFE_RC = 90
+MPS_UNSAFE_PREFIX = "nvdeploy: unsafe MPS pipe folder: "
+# $0 names the helper (the simulator recognises it); $1/$2 are the pipe and log folders. A pipe folder that does
+# not exist is left to the client (it then finds no daemon); the client never writes in the log folder.
+MPS_SCRIPT = (SAFE_DIR_SH.strip() + "\n"
+              f'if [ -e "$1" ] || [ -L "$1" ]; then nvd_safe "$1" || '
+              f'{{ printf \'{MPS_UNSAFE_PREFIX}%s\\n\' "$nvd_unsafe" >&2; exit {MPS_UNSAFE_RC}; }}; fi\n'
+              'CUDA_MPS_PIPE_DIRECTORY="$1" CUDA_MPS_LOG_DIRECTORY="$2"; '
               'export CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY; '
               'echo get_server_list | nvidia-cuda-mps-control')
 MPS_HELPER = "nvdeploy-mps"
@@ -28,8 +41,8 @@ CONTAINER_FIND_ARGV = (
     "find", "/usr/bin/dockerd", "/usr/bin/containerd", "/etc/docker/daemon.json", "/etc/containerd/config.toml",
     "/etc/cdi", "/var/run/cdi", "-maxdepth", "1", "-type", "f",
     "(", "-name", "dockerd", "-o", "-name", "containerd", ")", "-printf", MARKER_FORMAT,
-    "-o", "(", "-name", "daemon.json", "-o", "-name", "config.toml", "-o", "-name", "*.yaml", "-o", "-name", "*.json",
-    ")", "-printf", MARKER_FORMAT, "-exec", "cat", "{}", ";",
+    "-o", "-type", "f", "(", "-name", "daemon.json", "-o", "-name", "config.toml", "-o", "-name", "*.yaml", "-o",
+    "-name", "*.json", ")", "-printf", MARKER_FORMAT, "-exec", "cat", "{}", ";",
 )
 CDI_LIST_ARGV = ("nvidia-ctk", "cdi", "list")
 # GPUDirect RDMA through DMA-BUF (checks/ib.py ib.peermem): the loaded nvidia module's flavour and version, and the

@@ -153,6 +153,13 @@ def batch_refused(results: Mapping[str, CommandResult]) -> Optional[str]:
     return None
 
 
+def batch_unsafe(results: Mapping[str, CommandResult]) -> Optional[str]:
+    """What the node named when it refused the whole batch for an unsafe folder (ERROR lock); None otherwise."""
+    if results and all(r.error is ErrorReason.LOCK for r in results.values()):
+        return next(iter(results.values())).error_detail or "a node folder nvdeploy uses is not safe"
+    return None
+
+
 def skip_for(collectors: tuple[str, ...], skipped: Mapping[str, HeavySkip]) -> Optional[HeavySkip]:
     """The skip a check inherits from the first skipped collector it reads."""
     return next((skipped[c] for c in collectors if c in skipped), None)

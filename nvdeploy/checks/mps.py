@@ -10,6 +10,7 @@ from nvdeploy.checks.gating import first_line, raw_gate
 from nvdeploy.checks.registry import NodeContext, register
 from nvdeploy.collect_stack import MPS_CONTROL, mps_dirs
 from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
+from nvdeploy.stack_commands import MPS_UNSAFE_PREFIX, MPS_UNSAFE_RC
 
 # What nvidia-cuda-mps-control prints (exit 1) when no control daemon listens on the pipe folder.
 NO_DAEMON = "Cannot find MPS control daemon process"
@@ -31,7 +32,9 @@ def gpu_mps(ctx: NodeContext) -> list[Finding]:
     recorded. FAIL (TUNE: start it with ``nvidia-cuda-mps-control -d`` under the same pipe/log folders, usually
     with compute mode EXCLUSIVE_PROCESS) when it prints "Cannot find MPS control daemon process": nothing listens
     on the pipe folder. ERROR: the control tool is missing (exit 127; it ships with the driver), hung, or answered
-    something else. SKIP: the host does not ask for MPS.
+    something else; ERROR ``lock`` when the pipe folder exists but is a link, another user's, or writable by
+    others (the client is then not run: it would talk to whatever that user planted). SKIP: the host does not ask
+    for MPS.
     """
     if not wants_mps(ctx.host_vars):
         return [ctx.finding("gpu.mps", Verdict.SKIP, "MPS not requested for this host (host var mps)")]
@@ -43,6 +46,12 @@ def gpu_mps(ctx: NodeContext) -> list[Finding]:
         return [ctx.finding("gpu.mps", Verdict.ERROR, f"bash not found on the node: {first_line(ctx, MPS_CONTROL)}",
                             reason=ErrorReason.TOOL_MISSING, remediation=Remediation.REINSTALL,
                             collector=MPS_CONTROL)]
+    if raw is not None and raw.rc == MPS_UNSAFE_RC and MPS_UNSAFE_PREFIX in raw.err_text:
+        said = raw.err_text[raw.err_text.index(MPS_UNSAFE_PREFIX) + len(MPS_UNSAFE_PREFIX):].splitlines()[0][:300]
+        return [ctx.finding("gpu.mps", Verdict.ERROR,
+                            f"MPS pipe folder not safe to talk through, client not run: {said}; make it root's (or "
+                            "this user's) and not writable by others, or set the host var mps_pipe_dir",
+                            reason=ErrorReason.LOCK, remediation=Remediation.INVESTIGATE, collector=MPS_CONTROL)]
     gated = raw_gate(ctx, "gpu.mps", MPS_CONTROL, "nvidia-cuda-mps-control",
                      "it ships with the NVIDIA driver (nvidia-compute-utils / nvidia-driver-cuda)")
     if gated:

@@ -68,6 +68,7 @@ from typing import Callable, Optional, Sequence
 
 from nvdeploy.results import CommandResult, ErrorReason
 from nvdeploy.transport.base import CommandSpec
+from nvdeploy.transport.node_paths import SAFE_DIR_SH, UNSAFE_MARKER
 from nvdeploy.transport.sudo_gate import SudoGate, SudoTicket
 
 END_MARKER = b"__NVD_BATCH_END__"
@@ -77,6 +78,7 @@ _HEADER = re.compile(
 )
 _SUDO = re.compile(rb"__NVD_SUDO__ rc=(\d+) err=(\d+)\n")
 _BUSY = re.compile(rb"__NVD_BUSY__ ([^\n]*)\n")
+_UNSAFE = re.compile(UNSAFE_MARKER.encode() + rb" ([^\n]*)\n")
 # timeout(1) exits 124 when it had to stop the command and 137 when it had to kill it after the grace period.
 TIMEOUT_RCS = (124, 137)
 KILL_GRACE_S = 3
@@ -87,7 +89,8 @@ HEARTBEAT = b"."
 HEARTBEAT_S = 10.0
 HEARTBEAT_LOST_S = 60
 SUDO_CHECK_TIMEOUT_S = 20
-DEFAULT_LOCK_DIR = "/tmp/nvdeploy.lock"
+# Where the run lock goes by default: the first of these that is a real folder, in its ``nvdeploy`` folder.
+LOCK_BASES = ("/run/lock", "/var/lock")
 # What sudo says (LC_ALL=C) when it did not accept the password.
 _REJECTED = (b"incorrect password", b"Sorry, try again", b"Authentication failure", b"authentication failure")
 # What it says when the password was right but sudoers does not let the user run the command.
@@ -218,28 +221,53 @@ _WAIT_HEARTBEAT = r"""nvd_heard=1; nvd_tick=
   kill $nvd_clk 2>/dev/null && wait $nvd_clk"""
 
 _LOCK = r"""
-nvd_ld=${NVDEPLOY_LOCK_DIR:-{default_lock}}
 if command -v flock >/dev/null 2>&1; then
-  [ -d "$nvd_ld" ] || mkdir -m 1777 "$nvd_ld" 2>/dev/null
-  if [ -d "$nvd_ld" ] && [ ! -L "$nvd_ld" ] && command exec 9<"$nvd_ld"; then
-    if flock -n 9; then
-      for nvd_f in "$nvd_ld"/holder.*; do
-        [ -e "$nvd_f" ] || continue
-        [ -d "/proc/${nvd_f##*.}" ] || rm -f "$nvd_f" 2>/dev/null
-      done
-      nvd_hf="$nvd_ld/holder.$$"
-      nvd_u=${USER:-$LOGNAME}
-      [ -n "$nvd_u" ] || nvd_u=$(id -un 2>/dev/null || id -u)
-      { printf 'user=%s run=%s pid=%s since=' "$nvd_u" {run_id} "$$"; date -u +%Y-%m-%dT%H:%M:%SZ; } \
-        2>/dev/null >"$nvd_hf" || nvd_hf=
-    else
-      nvd_info=
-      for nvd_f in "$nvd_ld"/holder.*; do
-        [ -d "/proc/${nvd_f##*.}" ] && IFS= read -r nvd_info 2>/dev/null <"$nvd_f" && break
-      done
-      printf '__NVD_BUSY__ %s\n' "${nvd_info:-holder unknown (no holder info in $nvd_ld)}"
-      printf '{end}\n'
-      exit 0
+  nvd_ld=${NVDEPLOY_LOCK_DIR:-}
+  if [ -z "$nvd_ld" ]; then
+    # The system's lock folder when its nvdeploy folder is there for us (root's, or one an admin made for a group)
+    # or root may make it; else the user's own runtime folder; else (neither) unlocked.
+    nvd_lb=
+    for nvd_x in {lock_bases}; do [ -d "$nvd_x" ] && [ ! -L "$nvd_x" ] && { nvd_lb=$nvd_x; break; }; done
+    if [ -n "$nvd_lb" ] && { [ -e "$nvd_lb/nvdeploy" ] || [ -L "$nvd_lb/nvdeploy" ]; }; then
+      nvd_safe "$nvd_lb/nvdeploy" || nvd_refuse "run lock folder"
+      [ -w "$nvd_lb/nvdeploy" ] && [ -x "$nvd_lb/nvdeploy" ] && nvd_ld=$nvd_lb/nvdeploy
+    elif [ -n "$nvd_lb" ] && [ -O "$nvd_lb" ]; then
+      nvd_ld=$nvd_lb/nvdeploy
+    fi
+    [ -n "$nvd_ld" ] || nvd_ld=${XDG_RUNTIME_DIR:+${XDG_RUNTIME_DIR%/}/nvdeploy}
+  fi
+  if [ -n "$nvd_ld" ]; then
+    [ "$nvd_ld" = / ] || nvd_ld=${nvd_ld%/}
+    [ -e "$nvd_ld" ] || [ -L "$nvd_ld" ] || mkdir -m 700 "$nvd_ld" 2>/dev/null
+    nvd_safe "$nvd_ld" || nvd_refuse "run lock folder"
+    if command exec 9<"$nvd_ld"; then
+      if flock -n 9; then
+        for nvd_f in "$nvd_ld"/holder.*; do
+          # Stale: its pid is gone. Removed only when it is a plain file of ours (root: anyone's).
+          nvd_x=${nvd_f##*/holder.}; nvd_x=${nvd_x%%.*}
+          [ -f "$nvd_f" ] && [ ! -L "$nvd_f" ] && [ ! -d "/proc/$nvd_x" ] || continue
+          { [ -O "$nvd_f" ] || [ "$nvd_uid" = 0 ]; } && rm -f "$nvd_f" 2>/dev/null
+        done
+        # A fresh file made by mktemp (O_EXCL, mode 0600) in the checked folder, where nobody else can replace it:
+        # the holder info is never written through a name someone planted.
+        nvd_hf=$(mktemp "$nvd_ld/holder.$$.XXXXXX" 2>/dev/null) || nvd_hf=
+        nvd_u=${USER:-$LOGNAME}
+        [ -n "$nvd_u" ] || nvd_u=$(id -un 2>/dev/null || id -u)
+        [ -n "$nvd_hf" ] && { printf 'user=%s run=%s pid=%s since=' "$nvd_u" {run_id} "$$"; \
+          date -u +%Y-%m-%dT%H:%M:%SZ; } 2>/dev/null >"$nvd_hf"
+        # In a folder shared with a group (not ours), the others' busy message reads it.
+        [ -n "$nvd_hf" ] && [ ! -O "$nvd_ld" ] && chmod 644 "$nvd_hf" 2>/dev/null
+      else
+        nvd_info=
+        for nvd_f in "$nvd_ld"/holder.*; do
+          nvd_x=${nvd_f##*/holder.}; nvd_x=${nvd_x%%.*}
+          [ -f "$nvd_f" ] && [ ! -L "$nvd_f" ] && [ -d "/proc/$nvd_x" ] && IFS= read -r nvd_info 2>/dev/null <"$nvd_f" \
+            && break
+        done
+        printf '__NVD_BUSY__ %s\n' "${nvd_info:-holder unknown (no holder info in $nvd_ld)}"
+        printf '{end}\n'
+        exit 0
+      fi
     fi
   fi
 fi
@@ -314,14 +342,21 @@ def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False, r
         lines.append("IFS= read -r NVD_SUDO_PW || NVD_SUDO_PW=")
     lines += [
         "command -v timeout >/dev/null 2>&1 || { echo 'nvdeploy: timeout(1) not found on node' >&2; exit 96; }",
-        'd=$(mktemp -d "${TMPDIR:-/tmp}/nvd.XXXXXX") || exit 97',
+        SAFE_DIR_SH.strip(),
+        # A refused batch names the folder and runs nothing (and sends no password anywhere).
+        f"nvd_refuse() {{ printf '{UNSAFE_MARKER} %s: %s\\n' \"$1\" \"$nvd_unsafe\"; "
+        f"printf '{END_MARKER.decode()}\\n'; exit 0; }}",
+        'nvd_t=${TMPDIR:-/tmp}; [ "$nvd_t" = / ] || nvd_t=${nvd_t%/}',
+        'nvd_safe "$nvd_t" || nvd_refuse "temp folder parent"',
+        'd=$(mktemp -d "$nvd_t/nvd.XXXXXX") || exit 97',
         "nvd_hf=",
         "trap 'rm -rf \"$d\" ${nvd_hf:+\"$nvd_hf\"}' EXIT",
         _PRELUDE.replace("{grace_ticks}", str(KILL_GRACE_S * 10)).strip(),
     ]
     if lock:  # before anything runs: a refused batch starts nothing, and sends no password
         run = shlex.quote(run_id or "-")
-        lines.append(_LOCK.replace("{default_lock}", DEFAULT_LOCK_DIR).replace("{run_id}", run)
+        bases = " ".join(shlex.quote(base) for base in LOCK_BASES)
+        lines.append(_LOCK.replace("{lock_bases}", bases).replace("{run_id}", run)
                      .replace("{end}", END_MARKER.decode()).strip())
     if heartbeat_lost_s:
         period = max(1, int(heartbeat_lost_s) // 2)
@@ -440,6 +475,14 @@ def busy_holder(raw: bytes) -> Optional[str]:
     return _clean(f"another nvdeploy run holds the node lock: {info}", 300)
 
 
+def unsafe_folder(raw: bytes) -> Optional[str]:
+    """What the node named when it refused the batch because a folder it would use is not safe; else None."""
+    match = _UNSAFE.match(raw)  # the first thing such a batch prints, and the only one
+    if match is None:
+        return None
+    return _clean("node folder not safe to use, nothing run: " + match.group(1).decode("utf-8", "replace"), 400)
+
+
 def parse_output(
     commands: Sequence[CommandSpec],
     raw: bytes,
@@ -451,12 +494,17 @@ def parse_output(
 
     A command whose frame is missing (the batch was cut off, timed out or the connection dropped) gets an
     ERROR-carrying result with ``rc=None``; it is never mistaken for success. A batch refused by another run's
-    node lock gives every command ERROR ``busy`` naming the holder.
+    node lock gives every command ERROR ``busy`` naming the holder; one refused for an unsafe node folder (see
+    :mod:`nvdeploy.transport.node_paths`), ERROR ``lock`` naming the folder, its owner and mode.
     """
     holder = busy_holder(raw)
     if holder is not None:
         return [CommandResult(name=spec.name, command=spec.display, rc=None, duration_s=duration_s,
                               error=ErrorReason.BUSY, error_detail=holder) for spec in commands]
+    unsafe = unsafe_folder(raw)
+    if unsafe is not None:
+        return [CommandResult(name=spec.name, command=spec.display, rc=None, duration_s=duration_s,
+                              error=ErrorReason.LOCK, error_detail=unsafe) for spec in commands]
     results: dict[int, CommandResult] = {}
     sudo = _SUDO.match(raw)
     position = sudo.end() + int(sudo.group(2)) if sudo else 0

@@ -18,10 +18,17 @@ from typing import Optional
 import click
 
 PROFILE_ENV = "NVDEPLOY_PROFILE"
-# Collectors the quick health check reads: everything that answers in about a second on a healthy node.
+# Every light check that decides whether a job can run on the node (a CUDA job fails, or runs crippled, when one
+# of them fails): the GPUs and their memory, the kernel's Xid/SXid, the PCIe and NVLink links, the fabric
+# manager (on HGX a dead one fails every CUDA job) and the clocks (a throttling GPU holds back the whole job).
+# Left out: facts that do not stop a job (versions, the driver flavour, MPS, container runtime, node power).
 NODE_CHECKS = ("driver.loaded", "driver.version", "gpu.count", "gpu.model", "gpu.memory", "gpu.pci_visible",
-               "gpu.persistence", "memory.ecc_mode", "memory.ecc_errors", "memory.remapped_rows",
-               "memory.retired_pages", "kmsg.xid")
+               "gpu.persistence", "gpu.mig", "memory.ecc_mode", "memory.ecc_errors", "memory.remapped_rows",
+               "memory.retired_pages", "kmsg.xid", "kmsg.sxid", "pcie.link", "nvlink.links", "nvlink.topology",
+               "fabric.manager", "fabric.nvlsm", "clocks.throttle", "clocks.temperature", "clocks.power_limit")
+# Seconds each tool may take. The tools run side by side in one batch, so this bounds the whole check; a loaded
+# node's nvidia-smi was measured at 13 s, and slurmd gives its HealthCheckProgram 60 s.
+DEFAULT_TIMEOUT_S = 30.0
 
 
 def _node_name(given: Optional[str]) -> str:
@@ -58,7 +65,7 @@ def run_node_check(name: str, profile: str, timeout_s: float, checks: tuple[str,
 @click.option("--profile", default=None, help=f"The node's profile (or ${PROFILE_ENV}), e.g. h100-sxm-8x.")
 @click.option("--node", "node_name", default=None,
               help="This node's Slurm name (default: $SLURMD_NODENAME, else the short host name).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=8.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=DEFAULT_TIMEOUT_S, show_default=True,
               help="Seconds each tool may take (a hung nvidia-smi is ERROR timeout, not a hung health check).")
 @click.option("--drain", is_flag=True, help="On FAIL, drain this node in Slurm with a reason naming the checks.")
 @click.option("--drain-on-error", is_flag=True, help="With --drain: also drain when a check could not run (ERROR).")

@@ -61,3 +61,11 @@ def test_profile_required(node, monkeypatch) -> None:
     done = subprocess.run([sys.executable, "-m", "nvdeploy", "node-check"], capture_output=True, text=True,
                           timeout=60, env={k: v for k, v in os.environ.items() if k != "NVDEPLOY_PROFILE"})
     assert done.returncode == 2 and "--profile or $NVDEPLOY_PROFILE is required" in done.stderr
+
+
+@pytest.mark.parametrize("fault,check", [("fabricmanager_down", "fabric.manager"), ("nvlink_down", "nvlink.links"),
+                                         ("thermal_throttle", "clocks.throttle")])
+def test_faults_that_stop_jobs_fail_the_health_check(node, fault: str, check: str) -> None:
+    done = node(fault)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.startswith("nvdeploy node-check gpu7: FAIL ") and check in done.stdout

@@ -281,8 +281,9 @@ def profile_vars(profile: Profile) -> dict[str, Any]:
     data: dict[str, Any] = {
         "name": profile.name, "version": profile.version,
         "gpu": {"count": gpu.count, "model": gpu.model, "memory_mib": gpu.memory_mib, "nvswitch": gpu.nvswitch,
-                "power_limit_w": gpu.power_limit_w, "ecc_required": gpu.ecc_required},
-        "driver": {"version": profile.driver_version, "min_version": profile.driver_min_version},
+                "nvlsm": gpu.nvlsm, "power_limit_w": gpu.power_limit_w, "ecc_required": gpu.ecc_required},
+        "driver": {"version": profile.driver_version, "min_version": profile.driver_min_version,
+                   "flavour": profile.driver_flavour},
     }
     for key, value in profile.extra.items():
         data[key] = _plain(value)

@@ -9,12 +9,14 @@ nccl:     {all_reduce_busbw_gbps: 476, floor_pct: 95, source: "..."}   # single 
 ib:       {hcas: 8, rate_gbps: 400}                # compute fabric HCAs; absent: no IB expected (SKIP)
 throttle: {fail: [hw_slowdown, ...], warn: [sw_thermal_slowdown]}      # active clock-event reasons
 mig:      {enabled: false}                         # the MIG mode every MIG-capable GPU must be in
+cuda:     {toolkit: "12.4"}                        # the CUDA toolkit installed by default
 datasheet: {bf16_tflops: 989.4, fp8_tflops: 1978.9, hbm_gb: 80, tdp_w: 700, sources: [...]}  # dense, per GPU
 ```
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 from nvdeploy.yamlfile import ConfigError, line_of
@@ -59,6 +61,10 @@ SECTIONS: dict[str, dict[str, tuple[Callable[[Any], bool], str, bool]]] = {
                  "warn": (_reasons, "a list of clock-event reasons (" + ", ".join(sorted(THROTTLE_REASONS)) + ")",
                           False)},
     "mig": {"enabled": (lambda v: isinstance(v, bool), "true or false", True)},
+    # The CUDA toolkit the install phase puts on a node of this profile by default (cuda_toolkit): one the
+    # profile's default driver runs in full (a test holds every profile to it).
+    "cuda": {"toolkit": (lambda v: isinstance(v, str) and bool(re.fullmatch(r"\d+\.\d+", v)),
+                         'a quoted "major.minor" CUDA release, e.g. "12.4"', True)},
     # Datasheet figures per GPU for `nvdeploy size`: DENSE Tensor-Core TFLOPS (halve NVIDIA's sparse figures), an
     # absent precision means the SKU has no Tensor-Core path for it. Optional: a user profile may omit it.
     "datasheet": {**{key: (_number, "a positive number (dense TFLOPS per GPU)", False)

@@ -14,10 +14,11 @@ from nvdeploy.builtin import data_dir
 from nvdeploy.yamlfile import ConfigError, LocDict, line_of, load_yaml_file, require_str
 
 _TOP_KEYS = {"name", "version", "description", "sources", "gpu", "driver", "nvlink", "pcie", "sim", "nccl", "ib",
-             "throttle", "mig", "datasheet"}
+             "throttle", "mig", "datasheet", "cuda"}
 _GPU_KEYS = {"count", "model", "memory_mib", "memory_tolerance_pct", "pci_device_id", "ecc_required", "nvswitch",
-             "power_limit_w", "max_temperature_c"}
-_DRIVER_KEYS = {"version", "min_version"}
+             "power_limit_w", "max_temperature_c", "nvlsm"}
+_DRIVER_KEYS = {"version", "min_version", "flavour"}
+FLAVOURS = ("open", "proprietary")
 _SIM_KEYS = {"driver_version", "cuda_version", "vbios_version"}
 
 
@@ -30,6 +31,7 @@ class GpuExpectation:
     memory_tolerance_pct: float = 2.0
     ecc_required: bool = True
     nvswitch: bool = False
+    nvlsm: bool = False  # NVLink 5 HGX (B200/B300): the fabric manager needs the NVLink Subnet Manager and ib_umad
     power_limit_w: Optional[float] = None
     max_temperature_c: Optional[float] = None
 
@@ -44,6 +46,7 @@ class Profile:
     gpu: GpuExpectation
     driver_version: Optional[str] = None
     driver_min_version: Optional[str] = None
+    driver_flavour: Optional[str] = None  # open | proprietary kernel modules; None: not stated
     sim: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     path: str = ""
@@ -76,6 +79,16 @@ def _typed(section: LocDict, key: str, kind: Union[type, tuple[type, ...]], file
     return value
 
 
+def _flavour(driver: Any, file: str) -> Optional[str]:
+    if "flavour" not in driver:
+        return None
+    value = require_str(driver, "flavour", file)
+    if value not in FLAVOURS:
+        raise ConfigError(f"must be one of {', '.join(FLAVOURS)}, got {value!r}", file, line_of(driver, "flavour"),
+                          "driver.flavour")
+    return value
+
+
 def load_profile_file(path: Union[str, Path]) -> Profile:
     file = str(path)
     data = load_yaml_file(path)
@@ -102,6 +115,7 @@ def load_profile_file(path: Union[str, Path]) -> Profile:
         memory_tolerance_pct=float(_typed(gpu, "memory_tolerance_pct", (int, float), file, False) or 2.0),
         ecc_required=bool(_typed(gpu, "ecc_required", bool, file, False) if "ecc_required" in gpu else True),
         nvswitch=bool(_typed(gpu, "nvswitch", bool, file, False) or False),
+        nvlsm=bool(_typed(gpu, "nvlsm", bool, file, False) or False),
         power_limit_w=_typed(gpu, "power_limit_w", (int, float), file, False),
         max_temperature_c=_typed(gpu, "max_temperature_c", (int, float), file, False),
     )
@@ -112,8 +126,9 @@ def load_profile_file(path: Union[str, Path]) -> Profile:
         gpu=expectation,
         driver_version=require_str(driver, "version", file) if "version" in driver else None,
         driver_min_version=require_str(driver, "min_version", file) if "min_version" in driver else None,
+        driver_flavour=_flavour(driver, file),
         sim={k: require_str(sim, k, file) for k in sim},
-        extra={k: data[k] for k in ("nvlink", "pcie", "nccl", "sources", "ib", "throttle", "mig", "datasheet")
+        extra={k: data[k] for k in ("nvlink", "pcie", "nccl", "sources", "ib", "throttle", "mig", "datasheet", "cuda")
                if k in data},
         path=file,
     )

@@ -36,12 +36,13 @@ MPS_HELPER = "nvdeploy-mps"
 # tool by an argv recorder, and must not replace the interpreter of the batch).
 MPS_SHELL = "bash"
 # The container daemons' binaries (listed only: dockerd reads daemon.json, a docker CLI alone does not) and the
-# NVIDIA-relevant configs and CDI specs (listed and printed).
+# NVIDIA-relevant configs and CDI specs (listed and printed), with containerd's drop-in folders (the container
+# toolkit 1.18+ configures containerd in conf.d/99-nvidia.toml, imported by config.toml; 1.18.0 used config.d).
 CONTAINER_FIND_ARGV = (
     "find", "/usr/bin/dockerd", "/usr/bin/containerd", "/etc/docker/daemon.json", "/etc/containerd/config.toml",
-    "/etc/cdi", "/var/run/cdi", "-maxdepth", "1", "-type", "f",
+    "/etc/containerd/conf.d", "/etc/containerd/config.d", "/etc/cdi", "/var/run/cdi", "-maxdepth", "1", "-type", "f",
     "(", "-name", "dockerd", "-o", "-name", "containerd", ")", "-printf", MARKER_FORMAT,
-    "-o", "-type", "f", "(", "-name", "daemon.json", "-o", "-name", "config.toml", "-o", "-name", "*.yaml", "-o",
+    "-o", "-type", "f", "(", "-name", "daemon.json", "-o", "-name", "*.toml", "-o", "-name", "*.yaml", "-o",
     "-name", "*.json", ")", "-printf", MARKER_FORMAT, "-exec", "cat", "{}", ";",
 )
 CDI_LIST_ARGV = ("nvidia-ctk", "cdi", "list")

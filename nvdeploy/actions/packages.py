@@ -13,7 +13,7 @@ Package names (NVIDIA's CUDA repository):
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from nvdeploy.actions.base import (
     BRANCH,
@@ -46,6 +46,7 @@ from nvdeploy.actions.system import (
     smi_driver,
     write_file_cmd,
 )
+from nvdeploy.parsers.container import containerd_setup, docker_nvidia
 
 OFFICIAL_REPOS = "https://developer.download.nvidia.com/compute/cuda/repos"
 APT_LIST = "/etc/apt/sources.list.d/nvdeploy-nvidia.list"  # a mirror's list (and what older nvdeploy wrote)
@@ -76,10 +77,15 @@ def repo_url(ctx: ActionContext, mirror: str) -> str:
     return f"{base}/{ctx.facts['distro_tag']}/{ctx.facts.get('arch') or 'x86_64'}/"
 
 
-def install_cmd(ctx: ActionContext, packages: list[str], timeout_s: float, recommends: bool = False) -> Cmd:
-    """An install; ``recommends``: with the recommended / weak dependencies (as NVIDIA's DCGM 4 steps say)."""
+def install_cmd(ctx: ActionContext, packages: list[str], timeout_s: float, recommends: bool = False,
+                downgrade: bool = False) -> Cmd:
+    """An install; ``recommends``: with the recommended / weak dependencies (as NVIDIA's DCGM 4 steps say);
+    ``downgrade``: an exact version may be older than the one installed (apt refuses that under -y without
+    ``--allow-downgrades``; dnf installs the version named)."""
     if ctx.os_family() == "apt":
         argv = (*APT_INSTALL[:-1], "--install-recommends") if recommends else APT_INSTALL
+        if downgrade:
+            argv = (*argv[:-1], "--allow-downgrades", argv[-1])
         return Cmd("install", (*argv, *packages), timeout_s=timeout_s + LOCK_TIMEOUT_S)
     weak = ("--setopt=install_weak_deps=True",) if recommends else ()
     return Cmd("install", ("dnf", "-y", *weak, "install", *packages), timeout_s=timeout_s)
@@ -179,22 +185,44 @@ class NvidiaRepo(Action):
                 Cmd("add_repo", ("dnf", "config-manager", "--add-repo", url + repo_file), timeout_s=300)]
 
 
+def dnf_modules(ctx: ActionContext) -> bool:
+    """Whether this dnf node has module streams: RHEL 8/9 (and their rebuilds) do, RHEL 10 dropped modularity."""
+    major = str(ctx.facts.get("os_version", "")).split(".")[0]
+    return not (major.isdigit() and int(major) >= 10)
+
+
 def driver_packages(ctx: ActionContext, branch: str, open_modules: bool, fabricmanager: bool) -> dict[str, str]:
-    """{'driver': package, 'fabricmanager': package?, 'stream': dnf module stream?} for this node's OS."""
-    flavour = "-open" if open_modules else ""
+    """{'driver': package, 'kmod': package (dnf), 'fabricmanager': package?, 'stream': dnf module stream?} for this
+    node's OS. The flavour is in the apt package name (``-open``); dnf has one ``nvidia-driver`` and a kernel-module
+    package per flavour (``kmod-nvidia-open-dkms`` / ``kmod-nvidia-latest-dkms``), chosen by the module stream
+    (``<branch>-open`` / ``<branch>-dkms``) where dnf has modules."""
     if ctx.os_family() == "apt":
-        names = {"driver": f"nvidia-driver-{branch}{flavour}"}
+        names = {"driver": f"nvidia-driver-{branch}{'-open' if open_modules else ''}"}
         if fabricmanager:
             names["fabricmanager"] = f"nvidia-fabricmanager-{branch}"
-    else:
-        names = {"driver": "nvidia-driver", "stream": f"nvidia-driver:{branch}{flavour or '-dkms'}"}
-        if fabricmanager:
-            names["fabricmanager"] = "nvidia-fabric-manager"
+        return names
+    names = {"driver": "nvidia-driver", "kmod": f"kmod-nvidia-{'open' if open_modules else 'latest'}-dkms"}
+    if dnf_modules(ctx):
+        names["stream"] = f"nvidia-driver:{branch}-{'open' if open_modules else 'dkms'}"
+    if fabricmanager:
+        names["fabricmanager"] = "nvidia-fabric-manager"
     return names
+
+
+def package_names(names: dict[str, str]) -> list[str]:
+    """The package names of a driver_packages() answer (the module stream is not a package)."""
+    return [n for k, n in names.items() if k != "stream"]
 
 
 def _upstream(version: str) -> str:
     return version.split(":", 1)[-1].split("-", 1)[0]
+
+
+def versioned(family: str, name: str, version: str) -> str:
+    """``name`` at exactly the upstream ``version``, in the package manager's own spelling: apt ``name=550.90.07-*``
+    (apt matches a version ending in ``*`` as a prefix: any Debian revision of that release), dnf ``name-550.90.07``
+    (name-version, the release the repository has). A version with a ``*`` (dnf: ``550.*``) stays a glob."""
+    return f"{name}={version}-*" if family == "apt" else f"{name}-{version}"
 
 
 NOUVEAU_CONF = "/etc/modprobe.d/blacklist-nouveau.conf"
@@ -205,16 +233,30 @@ VERSIONLOCK_LIST = ("versionlock_list", ("dnf", "versionlock", "list"))
 
 def fabricmanager_spec(family: str, name: str, driver_version: str) -> str:
     """The fabric manager pinned to exactly the installed driver's version: a newer one refuses to start."""
-    upstream = _upstream(driver_version)
-    return f"{name}={upstream}-1" if family == "apt" else f"{name}-{upstream}"
+    return versioned(family, name, _upstream(driver_version))
+
+
+VERSION = r"|\d{3}\.\d+(\.\d+)?"
+
+
+def version_problem(branch: str, version: str) -> str:
+    """Why an exact ``version`` cannot be installed as branch ``branch`` ('' when it can)."""
+    if version and not version.startswith(branch + "."):
+        return f"driver version {version} is not of branch {branch} (driver_branch and driver_version disagree)"
+    return ""
 
 
 @register
 class DriverInstall(Action):
-    """The driver branch (and, on NVSwitch SKUs, the fabric manager pinned to exactly the installed driver's
-    version: ``nvidia-fabricmanager-550=550.90.07-1`` / ``nvidia-fabric-manager-550.90.07``), then the module
-    loaded. Refuses like driver.preflight before changing anything. dnf: another branch's module stream is reset
-    first (``dnf module reset nvidia-driver``; dnf refuses to switch enabled streams) and its versionlock removed.
+    """The driver (and, on NVSwitch SKUs, the fabric manager of exactly the same version), in the profile's kernel
+    module flavour, then the module loaded. ``version`` (the inventory's ``driver_version``, else the profile's
+    ``driver.version``): exactly that point release, with the fabric manager in the same transaction:
+    apt ``nvidia-driver-550=550.90.07-* nvidia-fabricmanager-550=550.90.07-*`` (``--allow-downgrades``: a newer
+    point release already installed is replaced), dnf ``nvidia-driver-550.90.07 kmod-nvidia-latest-dkms-550.90.07
+    nvidia-fabric-manager-550.90.07`` after ``dnf module enable nvidia-driver:550-dkms`` (``-open``; RHEL 10 has no
+    module streams: no ``dnf module`` there). Without it: the newest point release of the branch, and the fabric
+    manager pinned to what was installed. Refuses like driver.preflight before changing anything. dnf: another
+    branch's module stream is reset first (dnf refuses to switch enabled streams) and the old versionlock removed.
     When ``modprobe nvidia`` fails because nouveau holds the GPUs, nouveau is blacklisted
     (/etc/modprobe.d/blacklist-nouveau.conf) and the initramfs rebuilt (update-initramfs -u / dracut -f). Either
     that or an older driver's module still loaded needs a reboot: the node.reboot step does it with
@@ -222,6 +264,8 @@ class DriverInstall(Action):
 
     name = "driver.install"
     params = (Param("branch", required=True, pattern=BRANCH, doc="driver branch, e.g. 550"),
+              Param("version", default="", pattern=VERSION,
+                    doc="exact driver version, e.g. 550.90.07; empty: the newest of the branch"),
               Param("fabricmanager", "choice", default="auto", choices=("auto", "true", "false"),
                     doc="auto: when the profile's GPUs use NVSwitch"),
               Param("open", "bool", default=False, doc="the open kernel modules flavour"),
@@ -233,18 +277,27 @@ class DriverInstall(Action):
         return driver_packages(ctx, p["branch"], p["open"], fm)
 
     def probe(self, ctx: ActionContext, p: Mapping[str, Any]) -> Probe:
+        branch, exact = p["branch"], p["version"]
+        problem = version_problem(branch, exact)
+        if problem:
+            return Probe(failure=problem)
         names = self._names(ctx, p)
-        packages = [names["driver"]] + ([names["fabricmanager"]] if "fabricmanager" in names else [])
+        packages = package_names(names)
         family = ctx.os_family()
         query, smi = ctx.read_many([package_query(family, packages), SMI_DRIVER])
-        versions = parse_packages(family, packages, query)
-        branch = p["branch"]
+        versions = {n: (v.split(":", 1)[-1] if v else v) for n, v in parse_packages(family, packages, query).items()}
         driver = versions[names["driver"]]
         current = {f"package {n}": versions[n] or "absent" for n in packages}
-        desired = {f"package {names['driver']}": f"{branch}.*"}
+        release = f"{literal(exact)}-*" if exact else f"{branch}.*"
+        desired = {f"package {names['driver']}": release}
+        if "kmod" in names:
+            desired[f"package {names['kmod']}"] = release
         if "fabricmanager" in names:
-            same = _upstream(driver) if driver and driver.startswith(branch + ".") else branch + "."
-            desired[f"package {names['fabricmanager']}"] = f"{same}-*" if same != branch + "." else f"{same}*"
+            if exact:
+                same = exact
+            else:
+                same = _upstream(driver) if driver and driver.startswith(branch + ".") else ""
+            desired[f"package {names['fabricmanager']}"] = f"{literal(same)}-*" if same else f"{branch}.*"
         state, loaded = smi_driver(ctx, smi)
         installed = _upstream(driver) if driver else None
         if state == "ok":
@@ -256,7 +309,9 @@ class DriverInstall(Action):
             current["loaded driver"] = f"{installed} (pending reboot)"
         else:
             current["loaded driver"] = {"missing": "none", "not_loaded": "not loaded"}.get(state, state)
-        desired["loaded driver"] = f"{branch}.*"
+        pending = f"{exact} (pending reboot)"  # the version wanted is installed: the reboot step loads it
+        desired["loaded driver"] = (literal(pending) if current["loaded driver"] == pending else literal(exact)) \
+            if exact else f"{branch}.*"
         probe = Probe(current=current, desired=desired, facts={"names": names, "driver": driver})
         if any(k.startswith("package ") for k in probe.differing()):
             problems = preflight_problems(ctx)
@@ -265,15 +320,20 @@ class DriverInstall(Action):
         return probe
 
     def _dnf_switch(self, ctx: ActionContext, names: dict[str, str]) -> list[Cmd]:
-        """dnf refuses to switch an enabled module stream: reset it, and drop the old branch's versionlock."""
+        """dnf refuses to switch an enabled module stream: reset it, enable the wanted one; and drop the old
+        versionlock (it would hide the version wanted)."""
         cmds = []
-        listed, locks = ctx.read_many([MODULE_LIST, VERSIONLOCK_LIST])
-        stream = names["stream"].split(":", 1)[1]
-        enabled = re.search(r"^nvidia-driver\s+(\S+)", listed.text, re.M) if listed.rc == 0 else None
-        if enabled and enabled.group(1) != stream:
-            cmds.append(Cmd("module_reset", ("dnf", "-y", "module", "reset", "nvidia-driver"), timeout_s=600))
-        locked = [n for k, n in names.items() if k != "stream" and locks.rc == 0 and
-                  re.search(rf"^{re.escape(n)}-(\d+:)?\d", locks.text, re.M)]
+        if "stream" in names:
+            listed = ctx.read(*MODULE_LIST)
+            stream = names["stream"].split(":", 1)[1]
+            enabled = re.search(r"^nvidia-driver\s+(\S+)", listed.text, re.M) if listed.rc == 0 else None
+            if enabled and enabled.group(1) != stream:
+                cmds.append(Cmd("module_reset", ("dnf", "-y", "module", "reset", "nvidia-driver"), timeout_s=600))
+            if not enabled or enabled.group(1) != stream:
+                cmds.append(Cmd("module_enable", ("dnf", "-y", "module", "enable", names["stream"]), timeout_s=600))
+        locks = ctx.read(*VERSIONLOCK_LIST)
+        locked = sorted({m.group(1) for m in re.finditer(r"^(\S*nvidia\S*?)-(?:\d+:)?\d\S*$", locks.text, re.M)}
+                        ) if locks.rc == 0 else []
         if locked:
             cmds.append(Cmd("unlock", ("dnf", "-y", "versionlock", "delete", *locked), timeout_s=300))
         return cmds
@@ -281,19 +341,35 @@ class DriverInstall(Action):
     def plan(self, ctx: ActionContext, p: Mapping[str, Any], probe: Probe) -> list[Cmd]:
         names = probe.facts["names"]
         differing = probe.differing()
+        family = ctx.os_family()
+        exact, branch = p["version"], p["branch"]
         cmds = []
         timeout = float(p["timeout_s"])
-        if f"package {names['driver']}" in differing:
-            if ctx.os_family() == "dnf":
+        specs = []
+        driver_keys = [k for k in ("driver", "kmod") if k in names]
+        if any(f"package {names[k]}" in differing for k in driver_keys):
+            if family == "dnf":
                 cmds += self._dnf_switch(ctx, names)
-                cmds.append(Cmd("module", ("dnf", "-y", "module", "install", names["stream"]), timeout_s=timeout))
-            else:
-                cmds.append(install_cmd(ctx, [names["driver"]], timeout))
+            for key in driver_keys:
+                if exact:
+                    specs.append(versioned(family, names[key], exact))
+                elif family == "dnf" and "stream" not in names:
+                    specs.append(versioned(family, names[key], f"{branch}.*"))  # no stream to hold the branch
+                else:
+                    specs.append(names[key])
+        pinned_later: Optional[Cmd] = None
         if "fabricmanager" in names and f"package {names['fabricmanager']}" in differing:
-            # Without a driver yet, the version is known once it is installed (apply pins it then).
-            version = probe.facts["driver"] or "DRIVER_VERSION"
-            cmds.append(install_cmd(ctx, [fabricmanager_spec(ctx.os_family(), names["fabricmanager"], version)],
-                                    timeout))
+            if exact:
+                specs.append(versioned(family, names["fabricmanager"], exact))
+            else:
+                # The newest point release is known once it is installed: apply pins the fabric manager to it.
+                version = probe.facts["driver"] or f"<version of {names['driver']} once installed>"
+                pinned_later = install_cmd(ctx, [fabricmanager_spec(family, names["fabricmanager"], version)],
+                                           timeout)
+        if specs:
+            cmds.append(install_cmd(ctx, specs, timeout, downgrade=bool(exact)))
+        if pinned_later is not None:
+            cmds.append(pinned_later)
         if "loaded driver" in differing and not ctx.facts.get("reboot_required"):
             cmds.append(Cmd("load_module", ("modprobe", "nvidia"), allow_fail=True, timeout_s=120))
         return cmds
@@ -301,7 +377,7 @@ class DriverInstall(Action):
     def apply(self, ctx: ActionContext, p: Mapping[str, Any], probe: Probe) -> None:
         names = probe.facts["names"]
         for cmd in self.plan(ctx, p, probe):
-            if cmd.name == "install" and "fabricmanager" in names and any(
+            if cmd.name == "install" and "fabricmanager" in names and not p["version"] and any(
                     a.startswith(names["fabricmanager"]) for a in cmd.argv[-1:]):
                 # Pinned to the driver as installed now (the line above may just have installed it).
                 driver = installed_versions(ctx, [names["driver"]])[names["driver"]]
@@ -342,15 +418,22 @@ class DriverInstall(Action):
 APT_HOLD = "/etc/apt/preferences.d/nvdeploy-nvidia-driver"
 
 
+RPM_ALL = ("rpm_all", ("rpm", "-qa", "--qf", "%{NAME}\\t%{VERSION}-%{RELEASE}\\n"))
+
+
 @register
 class DriverHold(Action):
-    """Holds the installed driver (and fabric manager) at its version, so that an unattended upgrade cannot move
-    it under a loaded module: apt, a pin in /etc/apt/preferences.d/nvdeploy-nvidia-driver (priority 1001 on
-    ``<version>-*`` for the branch's packages); dnf, ``dnf versionlock`` (python3-dnf-plugin-versionlock) on
-    nvidia-driver and nvidia-fabric-manager. A branch change rewrites the pin / is unlocked by driver.install."""
+    """Holds the driver (and fabric manager) at its version, so that an unattended upgrade cannot move it under a
+    loaded module: apt, a pin in /etc/apt/preferences.d/nvdeploy-nvidia-driver (priority 1001 on ``<version>-*``
+    for the branch's packages); dnf, ``dnf versionlock`` (python3-dnf-plugin-versionlock) on every installed
+    package of the branch, as NVIDIA's ``dnf versionlock '*nvidia*<branch>*'`` does: each package with ``nvidia``
+    in its name at the driver's version (driver, kernel module, libraries, fabric manager). The version held is
+    ``version`` when given (the exact one driver.install installed), else the installed driver's. A branch change
+    rewrites the pin / is unlocked by driver.install."""
 
     name = "driver.hold"
     params = (Param("branch", required=True, pattern=BRANCH, doc="driver branch, e.g. 550"),
+              Param("version", default="", pattern=VERSION, doc="exact driver version to hold; empty: installed"),
               Param("fabricmanager", "choice", default="auto", choices=("auto", "true", "false")),
               Param("open", "bool", default=False))
 
@@ -360,29 +443,38 @@ class DriverHold(Action):
 
     def probe(self, ctx: ActionContext, p: Mapping[str, Any]) -> Probe:
         names = self._names(ctx, p)
-        packages = [n for k, n in names.items() if k != "stream"]
+        packages = package_names(names)
         versions = installed_versions(ctx, packages)
         driver = versions[names["driver"]]
         if not driver:
             return Probe(skip=f"{names['driver']} is not installed: nothing to hold")
-        upstream = _upstream(driver)
+        upstream = p["version"] or _upstream(driver)
+        branch = p["branch"]
         if ctx.os_family() == "apt":
-            branch = p["branch"]
             text = "\n".join([f"# nvdeploy: hold the NVIDIA driver {branch} at {upstream} (no unattended upgrade)",
-                              f"Package: {' '.join(packages)} libnvidia-*-{branch} nvidia-*-{branch}",
+                              f"Package: {' '.join(packages)} libnvidia-*-{branch} nvidia-*-{branch} "
+                              f"nvidia-*-{branch}-open",
                               f"Pin: version {upstream}-*", "Pin-Priority: 1001"])
             found = ctx.read("hold", ("cat", APT_HOLD))
             return Probe(current={APT_HOLD: found.text.strip() if found.ok else "absent"},
                          desired={APT_HOLD: literal(text)}, facts={"text": text})
-        locks = ctx.read(*VERSIONLOCK_LIST)
+        locks, every = ctx.read_many([VERSIONLOCK_LIST, RPM_ALL])
+        branch_packages: dict[str, str] = {}
+        for line in every.text.splitlines() if every.rc == 0 else []:
+            parts = line.split("\t")
+            if len(parts) == 2 and "nvidia" in parts[0] and _upstream(parts[1]) == upstream:
+                branch_packages[parts[0]] = parts[1]
+        for name in packages:  # rpm -qa unreadable: still the packages nvdeploy installed
+            if versions[name] and _upstream(versions[name] or "") == upstream:
+                branch_packages.setdefault(name, versions[name] or "")
         current, desired = {}, {}
-        for name in packages:
-            if not versions[name]:
-                continue
+        for name in sorted(branch_packages):
             pattern = rf"^{re.escape(name)}-(?:\d+:)?(\d\S*?)\.\*$"
             match = re.search(pattern, locks.text, re.M) if locks.rc == 0 else None
             current[f"versionlock {name}"] = match.group(1) if match else "absent"
-            desired[f"versionlock {name}"] = literal(versions[name] or "")
+            desired[f"versionlock {name}"] = literal(branch_packages[name])
+        if not desired:
+            return Probe(skip=f"no package of driver {upstream} is installed: nothing to hold")
         return Probe(current=current, desired=desired, facts={"plugin": locks.rc == 0})
 
     def plan(self, ctx: ActionContext, p: Mapping[str, Any], probe: Probe) -> list[Cmd]:
@@ -399,13 +491,16 @@ class DriverHold(Action):
 
 _CUDA_VERSION = re.compile(r"<cuda_version>\s*(\d+)\.")
 DCGM_LEGACY = "datacenter-gpu-manager"
+# DCGM 3's packages that NVIDIA's DCGM 4 steps purge first: the legacy package and its diag config package.
+DCGM_LEGACY_PACKAGES = (DCGM_LEGACY, "datacenter-gpu-manager-config")
 
 
 @register
 class DcgmInstall(Action):
     """DCGM as the profile needs it, started and answering. ``major: 4`` (default): ``datacenter-gpu-manager-4-core``
     plus ``datacenter-gpu-manager-4-cuda<N>``, N the CUDA major of the loaded driver (``nvidia-smi -q -x``), with
-    their recommended packages, the legacy 3.x ``datacenter-gpu-manager`` removed first (its files clash);
+    their recommended packages, the legacy 3.x ``datacenter-gpu-manager`` and ``datacenter-gpu-manager-config``
+    removed first (NVIDIA's DCGM 4 steps purge both; the first one's files clash);
     ``major: 3``: the legacy package.
     Then ``nvidia-dcgm`` (nv-hostengine) enabled and running, verified by ``dcgmi discovery -l`` listing every GPU
     of the profile."""
@@ -418,7 +513,7 @@ class DcgmInstall(Action):
     def probe(self, ctx: ActionContext, p: Mapping[str, Any]) -> Probe:
         family = ctx.os_family()
         if p["major"] == "3":
-            names, legacy = [DCGM_LEGACY], None
+            names, legacy = [DCGM_LEGACY], []
         else:
             cuda = p["cuda_major"]
             if cuda == "auto":
@@ -428,31 +523,33 @@ class DcgmInstall(Action):
                     return Probe(failure="cannot tell the driver's CUDA version (nvidia-smi -q -x: "
                                  f"{describe_failure(smi)}): DCGM 4 needs datacenter-gpu-manager-4-cuda<major>")
                 cuda = match.group(1)
-            names, legacy = ["datacenter-gpu-manager-4-core", f"datacenter-gpu-manager-4-cuda{cuda}"], DCGM_LEGACY
+            names, legacy = ["datacenter-gpu-manager-4-core", f"datacenter-gpu-manager-4-cuda{cuda}"], \
+                list(DCGM_LEGACY_PACKAGES)
         query, enabled, active, discovery = ctx.read_many([
-            package_query(family, names + ([legacy] if legacy else [])),
+            package_query(family, names + legacy),
             ("is_enabled", ("systemctl", "is-enabled", "nvidia-dcgm")),
             ("is_active", ("systemctl", "is-active", "nvidia-dcgm")),
             ("discovery", ("dcgmi", "discovery", "-l"))])
-        versions = parse_packages(family, names + ([legacy] if legacy else []), query)
+        versions = parse_packages(family, names + legacy, query)
         current = {f"package {n}": versions[n] or "absent" for n in names}
         desired = {f"package {n}": "[0-9]*" for n in names}
-        if legacy:
-            current[f"legacy {legacy} (DCGM 3)"] = versions[legacy] or "absent"
-            desired[f"legacy {legacy} (DCGM 3)"] = "absent"
+        for old in legacy:
+            current[f"legacy {old} (DCGM 3)"] = versions[old] or "absent"
+            desired[f"legacy {old} (DCGM 3)"] = "absent"
         current["nvidia-dcgm"] = f"{enabled.text.strip() or 'not installed'}, {active.text.strip() or 'unknown'}"
         desired["nvidia-dcgm"] = "enabled, active"
         found = re.search(r"^(\d+) GPUs? found", discovery.text, re.M) if discovery.rc == 0 else None
         current["dcgmi discovery -l"] = f"{found.group(1)} GPUs" if found else "no answer"
         desired["dcgmi discovery -l"] = f"{ctx.profile.gpu.count} GPUs"
-        return Probe(current=current, desired=desired, facts={"names": names, "legacy": legacy})
+        return Probe(current=current, desired=desired, facts={"names": names, "legacy": legacy},
+                     checked=("dcgmi discovery -l",))
 
     def plan(self, ctx: ActionContext, p: Mapping[str, Any], probe: Probe) -> list[Cmd]:
         differing = probe.differing()
         cmds = []
-        legacy = probe.facts["legacy"]
-        if legacy and f"legacy {legacy} (DCGM 3)" in differing:
-            cmds.append(remove_cmd(ctx, [legacy]))
+        stale = [old for old in probe.facts["legacy"] if f"legacy {old} (DCGM 3)" in differing]
+        if stale:
+            cmds.append(remove_cmd(ctx, stale))
         missing = [n for n in probe.facts["names"] if f"package {n}" in differing]
         if missing:
             # NVIDIA's steps install DCGM 4 with its recommended packages (-4-proprietary: the diag plugins).
@@ -469,7 +566,8 @@ class DcgmInstall(Action):
 
 
 DOCKER_CONFIG = "/etc/docker/daemon.json"
-CONTAINERD_CONFIG = "/etc/containerd/config.toml"
+# containerd's config.toml and the drop-ins it may import (toolkit 1.18+), every line with its file.
+CONTAINERD_FILES = ("containerd_files", ("grep", "-rsH", "^", "/etc/containerd"))
 
 
 @register
@@ -477,7 +575,10 @@ class ContainerToolkitConfigure(Action):
     """The NVIDIA container toolkit wired in, not just installed: ``nvidia-ctk runtime configure --runtime=R`` for
     the container runtime present (``auto``: docker when it runs, else containerd, else none), then R restarted;
     and a CDI spec of the loaded driver (``nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml``), regenerated
-    when the driver changed. Each part is probed first: a configured node changes nothing."""
+    when the driver changed. Each part is probed first: a configured node changes nothing. containerd counts as
+    configured as containerd reads it: the nvidia runtime in ``/etc/containerd/config.toml`` or in a drop-in it
+    imports (toolkit 1.18+ writes ``/etc/containerd/conf.d/99-nvidia.toml`` and an ``imports`` line); docker, the
+    ``nvidia`` runtime (or ``features.cdi``) in ``/etc/docker/daemon.json``."""
 
     name = "container_toolkit.configure"
     params = (Param("runtime", "choice", default="auto", choices=("auto", "docker", "containerd", "none")),
@@ -488,7 +589,7 @@ class ContainerToolkitConfigure(Action):
         docker, containerd, daemon, toml, spec, smi = ctx.read_many([
             ("docker_active", ("systemctl", "is-active", "docker")),
             ("containerd_active", ("systemctl", "is-active", "containerd")),
-            ("docker_config", ("cat", DOCKER_CONFIG)), ("containerd_config", ("cat", CONTAINERD_CONFIG)),
+            ("docker_config", ("cat", DOCKER_CONFIG)), CONTAINERD_FILES,
             ("cdi_spec", ("cat", p["cdi_path"])), SMI_DRIVER])
         runtime = p["runtime"]
         if runtime == "auto":
@@ -496,12 +597,13 @@ class ContainerToolkitConfigure(Action):
                        "containerd" if containerd.text.strip() == "active" else "none")
         current, desired = {}, {}
         if runtime == "docker":
-            done = daemon.ok and '"nvidia"' in daemon.text and "nvidia-container-runtime" in daemon.text
+            done = daemon.ok and bool(docker_nvidia(daemon.text)[0])
             current["docker runtime nvidia"] = "configured" if done else "not configured"
             desired["docker runtime nvidia"] = "configured"
         elif runtime == "containerd":
-            done = toml.ok and "runtimes.nvidia]" in toml.text
-            current["containerd runtime nvidia"] = "configured" if done else "not configured"
+            files = {path: "\n".join(lines) + "\n" for path, lines in split_files(toml.text).items()}
+            done, how = containerd_setup(files)
+            current["containerd runtime nvidia"] = "configured" if done else f"not configured ({how})"
             desired["containerd runtime nvidia"] = "configured"
         if p["cdi"]:
             state, loaded = smi_driver(ctx, smi)

@@ -14,6 +14,7 @@ from nvdeploy.checks import (
     cuda,
     dcgm,
     driver,
+    driver_flavour,
     fabric,
     gpu,
     gpu_operator,
@@ -33,7 +34,7 @@ from nvdeploy.checks.registry import Check, NodeContext, build_catalog, register
 
 CHECK_MODULES = (
     # The node's GPUs, driver and kernel log.
-    driver, gpu, kmsg, memory, system,
+    driver, driver_flavour, gpu, kmsg, memory, system,
     # The catalog of issue 4: NVLink, PCIe, fabric manager, InfiniBand, clocks/thermals/MIG, versions, DCGM, nccl-tests.
     clocks, dcgm, fabric, ib, nccl, nvlink, pcie, versions,
     # The GPU stack around the driver (issue 12): containers, CUDA toolkit/driver compatibility, MPS; power; RDMA.

@@ -7,7 +7,7 @@ from nvdeploy.checks.gating import first_line, raw_gate
 from nvdeploy.checks.registry import NodeContext, register
 from nvdeploy.collect_stack import CDI_LIST, CONTAINER_FILES, CONTAINER_RUN
 from nvdeploy.parsers.container import (
-    containerd_nvidia,
+    containerd_setup,
     docker_nvidia,
     docker_run_gpus,
     parse_cdi_list,
@@ -30,8 +30,10 @@ def container_runtime(ctx: NodeContext) -> list[Finding]:
     Applies when docker or containerd is on the node, or the host var ``container_runtime`` names one
     (``none``: SKIP). PASS: the CDI devices ``nvidia.com/gpu=<index>`` are exactly the driver's GPUs, every CDI
     spec was generated for the running driver (its ``libcuda.so.<version>`` mount), docker's daemon.json has the
-    ``nvidia`` runtime (or ``features.cdi``), and containerd's config.toml (when containerd is used without
-    docker, or declared) has ``runtimes.nvidia`` (or ``enable_cdi = true``). FAIL (TUNE) naming each gap with its
+    ``nvidia`` runtime (or ``features.cdi``), and containerd (when used without docker, or declared) has
+    ``runtimes.nvidia`` (or ``enable_cdi = true``) in config.toml or in a drop-in config.toml imports (the find
+    also prints /etc/containerd/conf.d and config.d: the container toolkit 1.18+ writes conf.d/99-nvidia.toml
+    and an ``imports`` line). FAIL (TUNE) naming each gap with its
     command: ``nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`` for a missing, short or stale spec (a driver
     update leaves the old spec: containers then fail to start), ``nvidia-ctk runtime configure --runtime=docker|
     containerd`` and a restart for an unconfigured runtime. ERROR: find or nvidia-ctk missing (install
@@ -93,8 +95,7 @@ def container_runtime(ctx: NodeContext) -> list[Finding]:
         else:
             problems.append(f"docker not set up for NVIDIA GPUs ({how}): {DOCKER_FIX}")
     if containerd:
-        text = files.files.get("/etc/containerd/config.toml")
-        ok, how = containerd_nvidia(text) if text is not None else (False, "no /etc/containerd/config.toml")
+        ok, how = containerd_setup(files.files)
         if ok:
             configured.append(f"containerd ({how})")
         else:

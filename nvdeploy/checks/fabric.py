@@ -1,4 +1,5 @@
-"""Fabric manager: the NVSwitch fabric service, running and at the driver's version."""
+"""Fabric manager: the NVSwitch fabric service, running and at the driver's version; on NVLink 5 HGX, the
+ib_umad module it reaches the NVSwitches through."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
 
 FM = "fabricmanager"
 FM_VERSION = "fabricmanager_version"
+LSMOD = "lsmod"
 
 
 @register("fabric.manager", collectors=(FM, FM_VERSION))
@@ -51,3 +53,33 @@ def fabric_manager(ctx: NodeContext) -> list[Finding]:
     return [ctx.finding("fabric.manager", Verdict.PASS,
                         "nvidia-fabricmanager active" + (f" ({version})" if version else ""), observed="active",
                         expected="active", collector=FM)]
+
+
+@register("fabric.nvlsm", collectors=(LSMOD,))
+def fabric_nvlsm(ctx: NodeContext) -> list[Finding]:
+    """Runs ``lsmod`` on NVLink 5 HGX SKUs (profile ``gpu.nvlsm: true``: HGX/DGX B200, B300): the fabric manager's
+    start script runs the NVLink Subnet Manager (NVLSM, package ``nvlsm``) first, and both reach the NVSwitches
+    through InfiniBand management datagrams, so ``ib_umad`` must be loaded (Fabric Manager User Guide, systems
+    with fifth-generation NVLink).
+
+    PASS: ib_umad is loaded (NVLSM itself is judged through fabric.manager: without it the fabric manager does not
+    start). FAIL (TUNE: ``modprobe ib_umad`` and list it in /etc/modules-load.d/; install ``nvlsm``) when it is not.
+    ERROR: lsmod missing or listing nothing. SKIP on SKUs without NVLink 5 switches.
+    """
+    if not ctx.profile.gpu.nvlsm:
+        return [ctx.finding("fabric.nvlsm", Verdict.SKIP, "not an NVLink 5 HGX SKU: no NVLSM or ib_umad needed")]
+    gated = raw_gate(ctx, "fabric.nvlsm", LSMOD, "lsmod", "install kmod")
+    if gated:
+        return gated
+    modules = ctx.facts.get("lsmod")
+    if modules is None or not modules.modules:
+        return [ctx.finding("fabric.nvlsm", Verdict.ERROR, f"lsmod exited {ctx.results[LSMOD].rc} and listed no module",
+                            reason=ErrorReason.UNPARSEABLE, collector=LSMOD)]
+    if not modules.loaded("ib_umad"):
+        return [ctx.finding("fabric.nvlsm", Verdict.FAIL,
+                            "ib_umad is not loaded: the fabric manager and NVLSM cannot reach the NVSwitches and the "
+                            "GPUs stay unregistered in the NVLink fabric (modprobe ib_umad, list it in "
+                            "/etc/modules-load.d/, install nvlsm)", observed="not loaded", expected="ib_umad loaded",
+                            remediation=Remediation.TUNE, collector=LSMOD)]
+    return [ctx.finding("fabric.nvlsm", Verdict.PASS, "ib_umad loaded (NVLSM's and the fabric manager's path to the "
+                        "NVSwitches)", observed="loaded", expected="ib_umad loaded", collector=LSMOD)]

@@ -18,7 +18,9 @@ Some versions print a count after the name (``nvidia.com/gpu=0 2``); MIG devices
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import posixpath
 import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -120,6 +122,56 @@ def containerd_nvidia(text: str) -> tuple[bool, str]:
     if re.search(r"^\s*enable_cdi\s*=\s*true", text, re.M):
         return True, "enable_cdi = true"
     return False, "no nvidia runtime and CDI not enabled"
+
+
+CONTAINERD_CONFIG = "/etc/containerd/config.toml"
+# Where the toolkit writes containerd's drop-in: conf.d since 1.18.1 (containerd's own folder); 1.18.0 wrote config.d.
+CONTAINERD_DROP_IN_DIRS = ("/etc/containerd/conf.d", "/etc/containerd/config.d")
+_IMPORTS = re.compile(r"^\s*imports\s*=\s*\[([^\]]*)\]", re.M)
+
+
+def containerd_imports(text: str, config: str = CONTAINERD_CONFIG) -> list[str]:
+    """The ``imports = [...]`` globs of a containerd config, absolute (a relative one is relative to the config's
+    folder, as containerd resolves it)."""
+    folder = posixpath.dirname(config)
+    out = []
+    for block in _IMPORTS.findall(text):
+        for item in re.findall(r'"([^"]+)"|\'([^\']+)\'', block):
+            path = item[0] or item[1]
+            out.append(path if path.startswith("/") else posixpath.normpath(posixpath.join(folder, path)))
+    return out
+
+
+def _glob_match(path: str, pattern: str) -> bool:
+    """A path against an imports glob, one folder level per ``*`` as Go's filepath.Glob (containerd) reads it."""
+    return posixpath.dirname(path) == posixpath.dirname(pattern) and fnmatch.fnmatchcase(
+        posixpath.basename(path), posixpath.basename(pattern))
+
+
+def containerd_setup(files: dict[str, str], config: str = CONTAINERD_CONFIG) -> tuple[bool, str]:
+    """Whether containerd, as it reads its config, has the NVIDIA runtime (or CDI): ``config.toml`` itself, or a
+    drop-in it imports (NVIDIA container toolkit 1.18+: ``/etc/containerd/conf.d/99-nvidia.toml`` plus an
+    ``imports`` line in config.toml). ``files``: path -> text of config.toml and the drop-ins read. A drop-in that
+    config.toml does not import is not read by containerd: named, but not counted."""
+    text = files.get(config)
+    if text is None:
+        return False, f"no {config}"
+    ok, how = containerd_nvidia(text)
+    if ok:
+        return True, how
+    patterns = containerd_imports(text, config)
+    imported = sorted(path for path in files if path != config and any(_glob_match(path, p) for p in patterns))
+    for path in imported:
+        ok, how = containerd_nvidia(files[path])
+        if ok:
+            return True, f"{how} in {path}, imported by {posixpath.basename(config)}"
+    stray = sorted(path for path in files if path not in imported and path != config
+                   and path.endswith(".toml") and containerd_nvidia(files[path])[0])
+    if stray:
+        return False, (f"{stray[0]} sets up the nvidia runtime but {config} does not import it "
+                       f"(imports: {', '.join(patterns) or 'none'})")
+    return False, "no nvidia runtime and CDI not enabled" + (f" (imports read: {', '.join(imported)})"
+                                                            if imported else "")
 
 
 def spec_driver(text: str) -> Optional[str]:

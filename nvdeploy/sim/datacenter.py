@@ -272,8 +272,12 @@ def _lsmod(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
     rows = [("Module", "Size", "Used by", "")]
     if hcas and not scenario.has("peermem_missing") and not scenario.has("driver_missing"):
         rows.append(("nvidia_peermem", "16384", "0", ""))
+    umad = scenario.hardware.gpu.nvlsm  # NVLink 5 HGX: the fabric manager's path to the NVSwitches is loaded
+    if umad:
+        rows.append(("ib_umad", "45056", "0", ""))
     rows += [("mlx5_ib", "454656", "0", ""), ("ib_uverbs", "196608", "2", "mlx5_ib"),
-             ("ib_core", "487424", "2", "ib_uverbs,mlx5_ib"), ("mlx5_core", "2191360", "1", "mlx5_ib")]
+             ("ib_core", "487424", "3" if umad else "2", ("ib_umad," if umad else "") + "ib_uverbs,mlx5_ib"),
+             ("mlx5_core", "2191360", "1", "mlx5_ib")]
     if not scenario.has("driver_missing"):
         for name, size, used, by in _MODULES:
             if not hcas or scenario.has("peermem_missing"):

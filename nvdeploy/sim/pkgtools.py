@@ -29,6 +29,10 @@ DCGM4 = "1:4.4.1-1"
 DCGM_VERSIONS = {"datacenter-gpu-manager": "1:3.3.9", "datacenter-gpu-manager-4-core": DCGM4,
                  "datacenter-gpu-manager-4-cuda11": DCGM4, "datacenter-gpu-manager-4-cuda12": DCGM4,
                  "datacenter-gpu-manager-4-cuda13": DCGM4}
+# The other packages of the simulated NVIDIA repository, oldest first (nvlsm: its own version scheme, not the
+# driver's; the versions here are the simulator's).
+_REPO_OTHERS = {"nvidia-container-toolkit": ("1.17.4-1", "1.18.1-1"), "cuda-keyring": ("1.1-1",),
+                "nvlsm": ("2025.06.4-1",)}
 # repo_ahead: the newer point release of each branch the repository also offers (released after the baseline's).
 AHEAD = {"535": "535.247.01", "550": "550.163.01", "560": "560.35.05", "565": "565.57.02", "570": "570.172.08",
          "575": "575.64.05", "580": "580.95.05"}
@@ -67,8 +71,10 @@ def _shape_baseline(scenario: NodeScenario, state: st.NodeState) -> None:
     if scenario.has("cuda_keyring") and state.family == "apt":
         _install(scenario, state, "cuda-keyring", "1.1-1")
         state.apt_updated = True
-    if state.family == "dnf" and state.installed_driver and "dnf-module:nvidia-driver" not in state.files:
-        state.files["dnf-module:nvidia-driver"] = state.installed_driver.split(".")[0] + "-dkms"
+    if (state.family == "dnf" and state.installed_driver and "dnf-module:nvidia-driver" not in state.files
+            and has_modules(state)):
+        flavour = "open" if state.installed_open else "dkms"
+        state.files["dnf-module:nvidia-driver"] = state.installed_driver.split(".")[0] + "-" + flavour
     if scenario.has("no_fabricmanager"):
         for name in [p for p in state.packages if re.fullmatch(r"nvidia-fabric-?manager(-\d+)?", p)]:
             del state.packages[name]
@@ -162,6 +168,26 @@ def _nvidia_repo(scenario: NodeScenario, state: st.NodeState) -> bool:
     return any(folder in url for url in _repo_urls(state))
 
 
+def has_modules(state: st.NodeState) -> bool:
+    """RHEL 8/9 have dnf module streams; RHEL 10 dropped modularity (every branch is in the one repository)."""
+    major = state.os_version.split(".")[0]
+    return not (major.isdigit() and int(major) >= 10)
+
+
+def _dnf_branches(scenario: NodeScenario, state: st.NodeState, name: str) -> list[str]:
+    """The driver branches whose packages dnf can see: the enabled module stream's (a ``-open`` stream offers
+    kmod-nvidia-open-dkms, a ``-dkms`` one kmod-nvidia-latest-dkms), or every branch where there are no modules."""
+    if not has_modules(state):
+        return sorted(st.DRIVERS)
+    stream = _module_stream(state)
+    if not stream:
+        return []
+    branch, _, flavour = stream.partition("-")
+    if name == "kmod-nvidia-open-dkms" and flavour != "open" or name == "kmod-nvidia-latest-dkms" and flavour == "open":
+        return []
+    return [branch]
+
+
 def driver_versions(scenario: NodeScenario, branch: str) -> list[str]:
     """Upstream versions of a branch the repository offers, oldest first."""
     if branch not in st.DRIVERS:
@@ -185,18 +211,17 @@ def versions(scenario: NodeScenario, state: st.NodeState, name: str) -> list[str
         if match:
             return [v + "-1" for v in driver_versions(scenario, match.group(1))]
     else:
-        stream = _module_stream(state)
-        if name in ("nvidia-driver", "nvidia-driver-cuda") and stream:
-            return [v + "-1.el9" for v in driver_versions(scenario, stream.split("-")[0])]
-        if name == "nvidia-fabric-manager" and stream:
-            return [v + "-1" for v in driver_versions(scenario, stream.split("-")[0])]
+        branches = _dnf_branches(scenario, state, name)
+        if name in ("nvidia-driver", "nvidia-driver-cuda", "kmod-nvidia-latest-dkms", "kmod-nvidia-open-dkms"):
+            return [v + "-1.el9" for b in branches for v in driver_versions(scenario, b)]
+        if name == "nvidia-fabric-manager":
+            return [v + "-1" for b in branches for v in driver_versions(scenario, b)]
     match = re.fullmatch(r"cuda-toolkit-(\d+)-(\d+)", name)
     if match:
         return [f"{match.group(1)}.{match.group(2)}.1-1"]
     if name in DCGM_VERSIONS:
         return [DCGM_VERSIONS[name]]
-    found = {"nvidia-container-toolkit": "1.17.4-1", "cuda-keyring": "1.1-1"}.get(name)
-    return [found] if found else []
+    return list(_REPO_OTHERS.get(name, ()))
 
 
 def _apt_pin(state: st.NodeState, name: str) -> Optional[str]:
@@ -246,6 +271,9 @@ def _install(scenario: NodeScenario, state: st.NodeState, name: str, version: st
         for other in [p for p in state.packages if re.fullmatch(r"nvidia-driver(-\d+(-open)?)?", p)]:
             del state.packages[other]
         state.services.setdefault("nvidia-persistenced", [False, False])
+    if re.fullmatch(r"kmod-nvidia-(open|latest)-dkms", name):
+        for other in [p for p in state.packages if re.fullmatch(r"kmod-nvidia-(open|latest)-dkms", p)]:
+            del state.packages[other]
     if re.fullmatch(r"nvidia-fabric-?manager(-\d+)?", name):
         for other in [p for p in state.packages if re.fullmatch(r"nvidia-fabric-?manager(-\d+)?", p)]:
             del state.packages[other]
@@ -375,12 +403,20 @@ def _apt_get(scenario: NodeScenario, args: list[str]) -> tuple[ToolOutput, bool]
         name, _, pin = spec.partition("=")
         found = versions(scenario, state, name)
         version = pin if pin else available(scenario, state, name)
+        if pin.endswith("*"):  # apt's own rule: a version ending in * matches as a prefix, the newest wins
+            version = next((v for v in reversed(found) if v.startswith(pin[:-1])), pin)
         if not found or version not in found:
             return _text("Reading package lists...\nBuilding dependency tree...\n",
                          f"E: Unable to locate package {spec}\n" if not found
                          else f"E: Version '{pin}' for '{name}' was not found\n", 100), False
         wanted.append((name, version))
     todo = [(n, v) for n, v in wanted if state.packages.get(n) != v]
+    older = next((n for n, v in todo if n in state.packages and state.packages[n] in versions(scenario, state, n)
+                  and versions(scenario, state, n).index(v) < versions(scenario, state, n).index(state.packages[n])),
+                 None)
+    if older and "--allow-downgrades" not in options:
+        return _text(f"The following packages will be DOWNGRADED:\n  {older}\n",
+                     "E: Packages were downgraded and -y was used without --allow-downgrades.\n", 100), False
     clash = next((n for n, _ in todo if n.startswith("datacenter-gpu-manager-4") and "datacenter-gpu-manager"
                   in state.packages), None)
     if clash:
@@ -479,12 +515,14 @@ def _rpm(scenario: NodeScenario, args: list[str]) -> tuple[ToolOutput, bool]:
         return _not_found("rpm"), False
     fmt = "%{NAME}-%{VERSION}-%{RELEASE}.x86_64\n"
     names: list[str] = []
-    query = False
+    query = every = False
     i = 0
     while i < len(args):
         arg = args[i]
         if arg in ("-q", "--query"):
             query = True
+        elif arg in ("-qa", "-aq"):
+            query = every = True
         elif arg in ("--qf", "--queryformat") and i + 1 < len(args):
             i += 1
             fmt = args[i]
@@ -494,7 +532,7 @@ def _rpm(scenario: NodeScenario, args: list[str]) -> tuple[ToolOutput, bool]:
     if not query:
         return _text(stderr="rpm: only -q is simulated\n", rc=1), False
     out, missing = [], 0
-    for name in names:
+    for name in sorted(state.packages) if every else names:
         if name in state.packages:
             version, release = _rpm_split(state.packages[name])
             text = fmt.replace("\\n", "\n").replace("\\t", "\t")
@@ -507,15 +545,18 @@ def _rpm(scenario: NodeScenario, args: list[str]) -> tuple[ToolOutput, bool]:
 
 
 def _dnf_resolve(scenario: NodeScenario, state: st.NodeState, spec: str) -> Optional[tuple[str, str]]:
-    """(name, version) for ``name`` or ``name-VERSION`` (a prefix: ``nvidia-fabric-manager-550.90.07``)."""
+    """(name, version) for ``name``, ``name-VERSION`` (``nvidia-fabric-manager-550.90.07``: that version, any
+    release) or ``name-GLOB`` (``nvidia-driver-550.*``: the newest match); a versionlock hides other versions."""
     version = available(scenario, state, spec)
     if version is not None:
         return spec, version
-    match = re.fullmatch(r"(.+?)-(\d[\w.]*(?:-[\w.]+)?)", spec)
+    match = re.fullmatch(r"(.+?)-(\d[\w.*]*(?:-[\w.*]+)?)", spec)
     if match:
         lock = _locked(state, match.group(1))
+        want = match.group(2)
         for found in reversed(versions(scenario, state, match.group(1))):
-            if (found == match.group(2) or found.startswith(match.group(2))) and lock in (None, found):
+            hit = fnmatch.fnmatchcase(found, want) if "*" in want else (found == want or found.startswith(want + "-"))
+            if hit and lock in (None, found):
                 return match.group(1), found
     return None
 
@@ -660,6 +701,8 @@ def _dnf(scenario: NodeScenario, args: list[str]) -> tuple[ToolOutput, bool]:
                          "repomd.xml\n", rc=1), False
     if command == "makecache":
         return _text("Metadata cache created.\n"), False
+    if command == "module" and not has_modules(state):
+        return _text(stderr="No such command: module. Please use /usr/bin/dnf --help\n", rc=1), False
     if command == "module" and names:
         return _dnf_module(scenario, state, names[0], names[1:])
     if command == "remove":
@@ -686,6 +729,11 @@ def _dnf(scenario: NodeScenario, args: list[str]) -> tuple[ToolOutput, bool]:
                      rc=1), False
     if not todo:
         return _text("Dependencies resolved.\nNothing to do.\nComplete!\n"), False
+    if scenario.has("install_fail") and any(_is_driver(n) for n, _ in todo):
+        return _text("Running scriptlet: kmod-nvidia-latest-dkms\n",
+                     "Error! Bad return status for module build on kernel: " + state.kernel + " (x86_64)\n"
+                     "error: %post(kmod-nvidia-latest-dkms) scriptlet failed, exit status 10\n"
+                     "Error: Transaction failed\n", 1), False
     with st.mutate(scenario) as changed:
         for name, version in todo:
             _install(scenario, changed, name, version)
@@ -752,11 +800,40 @@ def cdi_spec(scenario: NodeScenario, driver: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+CONTAINERD_DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
+CONTAINERD_IMPORT = 'imports = ["/etc/containerd/conf.d/*.toml"]'
+
+
+def _ctk_version(state: st.NodeState) -> tuple[int, ...]:
+    installed = state.packages.get("nvidia-container-toolkit", "1.17.4-1")
+    return tuple(int(x) for x in re.findall(r"\d+", st.upstream(installed))[:3])
+
+
+def _containerd_configured(state: st.NodeState) -> tuple[str, str, dict[str, str]]:
+    """(message path, old config.toml, files to write) of ``nvidia-ctk runtime configure --runtime=containerd``:
+    up to 1.17 the runtime goes into config.toml; from 1.18 into the drop-in conf.d/99-nvidia.toml, and
+    config.toml gets an ``imports`` line for conf.d (kept with any imports it had)."""
+    old = state.files.get(CONTAINERD_CONFIG, "")
+    if _ctk_version(state) < (1, 18):
+        text = old if "runtimes.nvidia]" in old else (old or "version = 2\n") + CONTAINERD_NVIDIA
+        return CONTAINERD_CONFIG, old, {CONTAINERD_CONFIG: text}
+    match = re.search(r"^imports\s*=\s*\[([^\]]*)\]", old, re.M)
+    if match and "/etc/containerd/conf.d/*.toml" in match.group(1):
+        config = old
+    elif match:
+        items = [i.strip() for i in match.group(1).split(",") if i.strip()] + ['"/etc/containerd/conf.d/*.toml"']
+        config = old[:match.start()] + f"imports = [{', '.join(items)}]" + old[match.end():]
+    else:
+        config = CONTAINERD_IMPORT + "\n" + (old or "version = 2\n")
+    return CONTAINERD_DROP_IN, old, {CONTAINERD_CONFIG: config, CONTAINERD_DROP_IN: "version = 2\n" + CONTAINERD_NVIDIA}
+
+
 @_tool("nvidia-ctk")
 def _nvidia_ctk(scenario: NodeScenario, args: list[str]) -> tuple[ToolOutput, bool]:
     state = st.current(scenario)
     if args in (["--version"], ["-v"]):
-        return _text("NVIDIA Container Toolkit CLI version 1.17.4\n"), False
+        version = ".".join(str(x) for x in _ctk_version(state))
+        return _text(f"NVIDIA Container Toolkit CLI version {version}\n"), False
     if args[:2] == ["runtime", "configure"]:
         runtime = _value(args[2:], "--runtime") or "docker"
         path = {"docker": DOCKER_CONFIG, "containerd": CONTAINERD_CONFIG}.get(runtime)
@@ -772,14 +849,15 @@ def _nvidia_ctk(scenario: NodeScenario, args: list[str]) -> tuple[ToolOutput, bo
             except ValueError:
                 return _text(stderr=f"ERRO[0000] unable to load config: invalid JSON in {path}\n", rc=1), False
             config.setdefault("runtimes", {})["nvidia"] = {"args": [], "path": "nvidia-container-runtime"}
-            text = json.dumps(config, indent=4) + "\n"
+            writes = {path: json.dumps(config, indent=4) + "\n"}
         else:
-            text = old if "runtimes.nvidia]" in old else (old or "version = 2\n") + CONTAINERD_NVIDIA
-        if text != old:
+            path, old, writes = _containerd_configured(state)
+        changes = {k: v for k, v in writes.items() if state.files.get(k) != v}
+        if changes:
             with st.mutate(scenario) as changed:
-                changed.files[path] = text
+                changed.files.update(changes)
         return _text(stderr=f"INFO[0000] Wrote updated config to {path}\nINFO[0000] It is recommended that {runtime} "
-                     "daemon be restarted.\n"), text != old
+                     "daemon be restarted.\n"), bool(changes)
     if args[:2] == ["cdi", "generate"]:
         if st.driver_status(scenario, state) != "ok" or state.loaded_driver is None:
             return _text(stderr="ERRO[0000] failed to generate CDI spec: failed to create device CDI specs: failed to "

@@ -162,7 +162,10 @@ def _register_state_hooks() -> None:
 
 _register_state_hooks()
 _CONTAINER_STARTS = ("/usr/bin/dockerd", "/usr/bin/containerd", "/etc/docker/daemon.json",
-                     "/etc/containerd/config.toml", "/etc/cdi", "/var/run/cdi")
+                     "/etc/containerd/config.toml", "/etc/containerd/conf.d", "/etc/containerd/config.d", "/etc/cdi",
+                     "/var/run/cdi")
+_CONTAINER_DIRS = {"/etc/containerd/conf.d": (".toml",), "/etc/containerd/config.d": (".toml",),
+                   "/etc/cdi": (".yaml", ".json"), "/var/run/cdi": (".yaml", ".json")}
 
 
 def container_find_output(scenario: NodeScenario) -> tuple[str, str]:
@@ -180,8 +183,9 @@ def container_find_output(scenario: NodeScenario) -> tuple[str, str]:
             else:
                 out.append(f"\n== {start}\n")
             continue
-        if start in ("/etc/cdi", "/var/run/cdi"):
-            specs = sorted(p for p in state.files if p.startswith(start + "/") and p.endswith((".yaml", ".json")))
+        if start in _CONTAINER_DIRS:
+            specs = sorted(p for p in state.files if p.startswith(start + "/") and p.endswith(_CONTAINER_DIRS[start])
+                           and "/" not in p[len(start) + 1:])
             if not specs and not any(p.startswith(start + "/") for p in state.files):
                 err.append(f"find: '{start}': No such file or directory\n")
             out += [f"\n== {p}\n{state.files[p]}" for p in specs]
@@ -299,7 +303,7 @@ def kernel_driver_output(scenario: NodeScenario) -> tuple[str, str, int]:
     arch = "aarch64" if scenario.has("arm64") else "x86_64"
     out, err = [], []
     if "nvidia" in state.modules and state.loaded_driver:
-        if scenario.has("open_modules"):
+        if scenario.has("open_modules") or state.loaded_open:
             line = _NVRM_OPEN.format(arch=arch, version=state.loaded_driver)
         elif arch == "aarch64":
             line = _NVRM_PROPRIETARY_ARM.format(version=state.loaded_driver)

@@ -112,6 +112,7 @@ class NodeState:
     services: dict[str, list[bool]] = field(default_factory=dict)
     modules: list[str] = field(default_factory=list)
     loaded_driver: Optional[str] = None
+    loaded_open: Optional[bool] = None  # the flavour of the loaded nvidia.ko: True for the open kernel modules
     apt_updated: bool = False
     persistence_pm: bool = False
     compute_mode: str = "Default"
@@ -154,6 +155,13 @@ class NodeState:
         return None
 
     @property
+    def installed_open(self) -> bool:
+        """Whether the installed driver is the open kernel module flavour (apt ``-open``, dnf
+        kmod-nvidia-open-dkms)."""
+        package = self.driver_package
+        return bool(package and package[0].endswith("-open")) or "kmod-nvidia-open-dkms" in self.packages
+
+    @property
     def installed_driver(self) -> Optional[str]:
         package = self.driver_package
         return package[1] if package else None
@@ -188,17 +196,26 @@ def distro_tag(os_id: str, version: str) -> str:
     return f"rhel{major}"
 
 
-def package_names(family: str, branch: str, nvswitch: bool) -> dict[str, str]:
+def package_names(family: str, branch: str, nvswitch: bool, open_modules: bool = False) -> dict[str, str]:
     """Names of the NVIDIA packages of one driver branch in the family's repository."""
     if family == "apt":
-        names = {"driver": f"nvidia-driver-{branch}"}
+        names = {"driver": f"nvidia-driver-{branch}{'-open' if open_modules else ''}"}
         if nvswitch:
             names["fabricmanager"] = f"nvidia-fabricmanager-{branch}"
     else:
-        names = {"driver": "nvidia-driver"}
+        names = {"driver": "nvidia-driver", "kmod": f"kmod-nvidia-{'open' if open_modules else 'latest'}-dkms"}
         if nvswitch:
             names["fabricmanager"] = "nvidia-fabric-manager"
     return names
+
+
+def default_open(profile: Any, branch: str) -> bool:
+    """The flavour a node of this profile was installed with: the profile's ``driver.flavour``, else open from
+    R560 on (NVIDIA's default since then)."""
+    flavour = getattr(profile, "driver_flavour", None)
+    if flavour:
+        return bool(flavour == "open")
+    return branch.isdigit() and int(branch) >= 560
 
 
 def headers_package(state: NodeState) -> str:
@@ -234,13 +251,18 @@ def _scenario_baseline(scenario: NodeScenario) -> NodeState:
     driver, _ = driver_versions(scenario)
     branch = driver.split(".")[0]
     family = state.family
-    names = package_names(family, branch, hw.gpu.nvswitch)
+    names = package_names(family, branch, hw.gpu.nvswitch, default_open(hw, branch))
     suffix = "-0ubuntu1" if family == "apt" else "-1.el9"
     state.packages[names["driver"]] = driver + suffix
+    if "kmod" in names:
+        state.packages[names["kmod"]] = driver + suffix
     if "fabricmanager" in names:
         state.packages[names["fabricmanager"]] = driver + "-1"
+    if hw.gpu.nvlsm:
+        state.packages["nvlsm"] = "2025.06.4-1"
+        state.files["/etc/modules-load.d/nvdeploy-ib_umad.conf"] = "ib_umad\n"
     state.packages.update({"cuda-toolkit-12-4": "12.4.1-1", "datacenter-gpu-manager": "1:3.3.9",
-                           "nvidia-container-toolkit": "1.17.4-1"})
+                           "datacenter-gpu-manager-config": "1:3.3.9", "nvidia-container-toolkit": "1.17.4-1"})
     repo = repo_file(family)
     state.files[repo] = official_repo_text(family, distro_tag(os_id, os_version))
     state.files["/opt/nccl-tests/.nvdeploy-source"] = "baseline\n"
@@ -253,8 +275,11 @@ def _scenario_baseline(scenario: NodeScenario) -> NodeState:
         state.services["nvidia-fabricmanager"] = [True, loaded]
     if loaded:
         state.loaded_driver = driver
+        state.loaded_open = state.installed_open
         state.modules = ["nvidia", "nvidia_uvm", "nvidia_modeset"] + (["nvidia_peermem"] if ib_present(scenario)
                                                                      else [])
+    if hw.gpu.nvlsm:
+        state.modules.append("ib_umad")
     if scenario.has("power_capped") and hw.gpu.power_limit_w:
         state.power_limit_w = round(float(hw.gpu.power_limit_w) * POWER_CAP_FRACTION)
     return state

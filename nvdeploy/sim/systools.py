@@ -108,6 +108,7 @@ def _load_nvidia(scenario: NodeScenario, state: st.NodeState) -> Optional[str]:
         return "modprobe: ERROR: could not insert 'nvidia': No such device\n"
     if state.loaded_driver is None:
         state.loaded_driver = state.installed_driver
+        state.loaded_open = state.installed_open
     for name in ("nvidia", "nvidia_uvm", "nvidia_modeset"):
         if name not in state.modules:
             state.modules.append(name)
@@ -131,6 +132,10 @@ def _modprobe(scenario: NodeScenario, args: list[str]) -> tuple[ToolOutput, bool
         if problem:
             return _text(stderr=problem, rc=1), False
         return _text(), True
+    if name == "ib_umad":  # in-tree InfiniBand userspace MAD access (the fabric manager's path to NVSwitches)
+        with st.mutate(scenario) as changed:
+            changed.modules.append(name)
+        return _text(), True
     if name == "nvidia_peermem":
         if "nvidia" not in state.modules:
             return _text(stderr="modprobe: ERROR: could not insert 'nvidia_peermem': Unknown symbol in module, or "
@@ -149,6 +154,7 @@ def boot(scenario: NodeScenario, state: st.NodeState) -> None:
     state.boots += 1
     state.modules = []
     state.loaded_driver = None
+    state.loaded_open = None
     if scenario.has("nouveau") and state.files.get("sim:initramfs") != "nouveau-blacklisted":
         state.modules.append("nouveau")  # loaded from the initramfs until a rebuilt one blacklists it
     if state.installed_driver is not None and not state.secure_boot and "nouveau" not in state.modules:
@@ -157,6 +163,9 @@ def boot(scenario: NodeScenario, state: st.NodeState) -> None:
                         if path.startswith("/etc/modules-load.d/"))
         if persisted and st.ib_present(scenario):
             state.modules.append("nvidia_peermem")
+    if any(re.search(r"^ib_umad$", text, re.M) for path, text in state.files.items()
+           if path.startswith("/etc/modules-load.d/")):
+        state.modules.append("ib_umad")
     for unit, flags in state.services.items():
         flags[1] = flags[0] and _can_start(scenario, state, unit) is None
     state.persistence_pm = False
@@ -273,6 +282,9 @@ def _can_start(scenario: NodeScenario, state: st.NodeState, unit: str) -> Option
                    if re.fullmatch(r"nvidia-fabric-?manager(-\d+)?", p)), None)
         if not driver_ok or fm != state.loaded_driver:
             return "fabric manager and driver versions differ"
+        if scenario.hardware.gpu.nvlsm and ("nvlsm" not in state.packages or "ib_umad" not in state.modules):
+            # NVLink 5: nvidia-fabricmanager-start.sh starts NVLSM first, over ib_umad.
+            return "NVLink 5 system: NVLSM or the ib_umad module missing (NV_WARN_NOTHING_TO_DO)"
     return None
 
 
@@ -364,9 +376,13 @@ def _lsmod(scenario: NodeScenario, state: st.NodeState) -> ToolOutput:
         rows.append(("nouveau", "2793472", "0", ""))
     if "nvidia_peermem" in state.modules:
         rows.append(("nvidia_peermem", "16384", "0", ""))
-    if st.ib_present(scenario):
+    umad = "ib_umad" in state.modules
+    if umad:
+        rows.append(("ib_umad", "45056", "0", ""))
+    if st.ib_present(scenario) or umad:
+        users = ("ib_umad," if umad else "") + "ib_uverbs,mlx5_ib"
         rows += [("mlx5_ib", "454656", "0", ""), ("ib_uverbs", "196608", "2", "mlx5_ib"),
-                 ("ib_core", "487424", "2", "ib_uverbs,mlx5_ib"), ("mlx5_core", "2191360", "1", "mlx5_ib")]
+                 ("ib_core", "487424", str(users.count(",") + 1), users), ("mlx5_core", "2191360", "1", "mlx5_ib")]
     for name in ("nvidia_uvm", "nvidia_modeset", "nvidia"):
         if name in state.modules:
             size, used, by = _NVIDIA_MODULES[name]

@@ -201,7 +201,10 @@ def test_unsupported_os_fails_clearly_and_rocky_installs_with_dnf(tmp_path):
     assert nodes["rocky"].verdict is Verdict.PASS, nodes["rocky"].findings
     rocky = state.memory_state("lab", "rocky")
     assert rocky is not None and rocky.packages["nvidia-driver"].startswith("550.90.07")
-    assert any(c["argv"][:4] == ["dnf", "-y", "module", "install"] for c in mutating_calls("lab", "rocky"))
+    done = [c["argv"] for c in mutating_calls("lab", "rocky")]
+    assert ["dnf", "-y", "module", "enable", "nvidia-driver:550-dkms"] in done
+    assert ["dnf", "-y", "install", "nvidia-driver-550.90.07", "kmod-nvidia-latest-dkms-550.90.07",
+            "nvidia-fabric-manager-550.90.07"] in done
 
 
 def test_optimize_records_each_change_before_and_after_and_revalidates(tmp_path):

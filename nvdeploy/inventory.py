@@ -233,7 +233,7 @@ class _Group:
     line: Optional[int]
     vars: dict[str, Any] = field(default_factory=dict)
     var_lines: dict[str, int] = field(default_factory=dict)
-    hosts: list[str] = field(default_factory=list)
+    hosts: dict[str, None] = field(default_factory=dict)  # direct members in first-seen order (a set, kept ordered)
     children: dict[str, Optional[int]] = field(default_factory=dict)  # child -> line of the entry
     priority: int = 1
 
@@ -303,8 +303,7 @@ class _Builder:
             if name not in self.host_vars:
                 self.host_vars[name], self.host_var_lines[name] = {}, {}
                 self.host_lines[name] = line or 0
-            if name not in members:
-                members.append(name)
+            members.setdefault(name, None)
         return names
 
     def set_host_var(self, host: str, key: str, value: Any, line: Optional[int]) -> None:

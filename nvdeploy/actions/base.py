@@ -137,6 +137,9 @@ class Probe:
     note: str = ""
     skip: Optional[str] = None  # the step does not apply to this node (why)
     facts: dict[str, Any] = field(default_factory=dict)
+    # Desired items the step verifies but does not set (DCGM listing every GPU: a GPU that fell off the bus stays
+    # off): a dry-run names them as what would be checked, never as a change it would make.
+    checked: tuple[str, ...] = ()
 
     def differing(self) -> list[str]:
         return [k for k, want in self.desired.items() if not fnmatch.fnmatchcase(self.current.get(k, "absent"), want)]
@@ -328,7 +331,8 @@ def shown(pattern: str) -> str:
 def _changes(before: Probe, after: Optional[Probe]) -> tuple[Change, ...]:
     keys = before.differing()
     if after is None:
-        return tuple(Change(k, before.current.get(k, "absent"), shown(before.desired[k])) for k in keys)
+        return tuple(Change(k, before.current.get(k, "absent"), shown(before.desired[k])) for k in keys
+                     if k not in before.checked)
     return tuple(Change(k, before.current.get(k, "absent"), after.current.get(k, "absent")) for k in keys
                  if before.current.get(k, "absent") != after.current.get(k, "absent"))
 
@@ -363,7 +367,11 @@ def run_action(action: Action, ctx: ActionContext, step_id: str, name: str, para
                 ctx.would_run(cmd)
             ctx.facts["dry_run_pending"] = True
             changes = _changes(before, None)
-            return result(StepStatus.WOULD_CHANGE, "would change: " + "; ".join(str(c) for c in changes), changes)
+            checks = [f"{k} is {before.current.get(k, 'absent')} now, {shown(before.desired[k])} expected"
+                      for k in before.differing() if k in before.checked]
+            text = "would change: " + "; ".join(str(c) for c in changes) if changes else "would run its commands"
+            return result(StepStatus.WOULD_CHANGE, text + (f"; then would check: {'; '.join(checks)}" if checks else
+                                                           ""), changes)
         action.apply(ctx, params, before)
         after = action.verify(ctx, params, before)
         changes = _changes(before, after)

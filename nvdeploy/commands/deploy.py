@@ -80,7 +80,7 @@ def _execute(phase: str, kw: dict[str, Any], call: Callable[..., Any]) -> None:
     from nvdeploy import __version__
     from nvdeploy.cli import _fail, _install_sigterm, _load
     from nvdeploy.engine import Interrupted
-    from nvdeploy.phases.rollout import plan_lines
+    from nvdeploy.phases.plan_text import plan_lines
     from nvdeploy.record import OutputError
     from nvdeploy.yamlfile import ConfigError
 
@@ -125,9 +125,9 @@ def _execute(phase: str, kw: dict[str, Any], call: Callable[..., Any]) -> None:
         for line in bad:
             click.echo(line)
     if options.dry_run:
-        pending = sum(r.counts()["would_change"] for r in outcome.phases)
-        click.echo(f"DRY-RUN ({outcome.run.verdict.value}): {pending} step(s) would change nodes; nothing was "
-                   f"changed. {outcome.run.summary()}")
+        from nvdeploy.phases.plan_text import dry_run_line
+
+        click.echo(dry_run_line(outcome.phases))
     else:
         click.echo(f"{outcome.run.verdict.value}: {outcome.run.summary()}")
     click.echo(f"report: {outcome.reports['html']}")

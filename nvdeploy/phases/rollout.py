@@ -19,7 +19,6 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from nvdeploy.actions import ACTIONS, StepResult, StepStatus, run_action
@@ -27,6 +26,7 @@ from nvdeploy.actions.base import ActionContext
 from nvdeploy.engine import EngineOptions, Interrupted, NodeRunner, error_node, make_transport, run_hosts
 from nvdeploy.hostrange import fold
 from nvdeploy.inventory import Host
+from nvdeploy.phases.plan_text import plan_lines, write_plan
 from nvdeploy.playbook import PlannedStep, Playbook
 from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.record import OutputError, RunRecorder, safe_name, write_atomic
@@ -87,12 +87,17 @@ def become(host: Host) -> bool:
     return not (host.connection == "local" and os.geteuid() == 0)
 
 
+def step_verdict(result: StepResult) -> Verdict:
+    """The verdict of a step's finding: a failure with a reason is ERROR (timeout, sudo, lost connection, a reboot
+    nvdeploy may not do), not a proven fault."""
+    if result.status is StepStatus.FAILED and result.reason is not None and result.reason is not ErrorReason.NOT_RUN:
+        return Verdict.ERROR
+    return _VERDICT[result.status]
+
+
 def step_finding(phase: str, result: StepResult, node: str, evidence: Optional[str] = None,
                  profile: str = "") -> Finding:
-    verdict = _VERDICT[result.status]
-    if result.status is StepStatus.FAILED and result.reason is not None and result.reason not in (
-            ErrorReason.NOT_RUN,):
-        verdict = Verdict.ERROR  # could not determine (timeout, sudo, lost connection), not a proven fault
+    verdict = step_verdict(result)
     remediation = Remediation.NONE
     if result.status is StepStatus.FAILED:
         remediation = Remediation.TUNE if phase == "optimize" else Remediation.INVESTIGATE
@@ -309,14 +314,19 @@ class PhaseResult:
         return [n.name for n in self.nodes if n.verdict in (Verdict.FAIL, Verdict.ERROR)]
 
     def summary(self) -> str:
+        """One line in the vocabulary of results.json: a failed step is FAIL, or ERROR with its reason."""
         counts = self.counts()
         nodes = len(self.nodes)
         failed = len(self.failed_nodes)
         verb = "would change" if self.dry_run else "changed"
         changed = counts["would_change"] if self.dry_run else counts["changed"]
+        broken = [r for results in self.steps.values() for r in results if r.status is StepStatus.FAILED]
+        errors = [r for r in broken if step_verdict(r) is Verdict.ERROR]
+        reasons = sorted({r.reason.value for r in errors if r.reason is not None})
         text = (f"{self.phase}{' (dry-run)' if self.dry_run else ''}: {nodes} node(s), {changed} {verb}, "
-                f"{counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed, "
-                f"{counts['not_run']} not run; {failed} node(s) failed")
+                f"{counts['ok']} ok, {counts['skipped']} skipped, {len(broken) - len(errors)} FAIL, "
+                f"{len(errors)} ERROR{' (' + ', '.join(reasons) + ')' if reasons else ''}, "
+                f"{counts['not_run']} not run; {failed} node(s) with FAIL or ERROR")
         if self.stopped:
             text += f"; {self.stopped}"
         if self.interrupted:
@@ -383,45 +393,6 @@ def run_phase(phase: str, playbook: Playbook, plans: Mapping[str, list[PlannedSt
                        batches=tuple(tuple(h.name for h in b) for b in batches), stopped=stopped,
                        interrupted=interrupt is not None, interrupt_code=interrupt.exit_code if interrupt else 130,
                        duration_s=time.monotonic() - started)
-
-
-def plan_lines(result: PhaseResult, verbose: bool = False) -> list[str]:
-    """Per node (identical nodes folded into host ranges): each step's status, changes and, for a dry-run or a
-    failure, the commands that ran or would run."""
-    groups: dict[tuple[str, ...], list[str]] = {}
-    for node in result.nodes:
-        lines = []
-        reach = next((f for f in node.findings if f.check in ("system.reachable", f"{result.phase}.sudo")
-                      and f.verdict is not Verdict.PASS), None)
-        if reach is not None:
-            lines.append(f"  {reach.verdict.value:5} {reach.check}: {reach.summary}")
-        for step in result.steps.get(node.name, ()):
-            if step.status is StepStatus.NOT_RUN and reach is not None:
-                continue
-            mark = {"ok": "ok", "changed": "CHANGED", "would_change": "WOULD", "failed": "FAILED", "skipped": "skip",
-                    "not_run": "NOT RUN"}[step.status.value]
-            if step.status in (StepStatus.OK, StepStatus.SKIPPED) and not verbose:
-                lines.append(f"  {mark:7} {step.step}")
-                continue
-            lines.append(f"  {mark:7} {step.step}: {step.message}")
-            if step.status is StepStatus.WOULD_CHANGE or (verbose and step.status is StepStatus.CHANGED):
-                lines += [f"            {'would run' if not c.executed else 'ran'}: {c.command}"
-                          for c in step.commands if c.mutates]
-            if step.status is StepStatus.FAILED and step.output:
-                lines += [f"            | {line}" for line in step.output.splitlines()[-8:]]
-        groups.setdefault(tuple(lines), []).append(node.name)
-    out = []
-    for lines, names in groups.items():
-        out.append(f"{fold(names)}:")
-        out.extend(lines)
-    return out
-
-
-def write_plan(result: PhaseResult, run_dir: Path) -> Path:
-    """``<phase>-plan.txt`` in the run folder: every node's steps and commands (the dry-run's deliverable)."""
-    path = run_dir / f"{result.phase}-plan.txt"
-    write_atomic(path, ("\n".join(plan_lines(result, verbose=True)) + "\n").encode("utf-8"))
-    return path
 
 
 __all__ = ["PhaseOptions", "PhaseRecorder", "PhaseResult", "StepRunner", "make_batches", "parse_serial",

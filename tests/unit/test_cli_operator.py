@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -67,3 +68,40 @@ def test_size_rounds_gpus_up_to_whole_nodes_and_prints_both():
     assert (cells["GPUs"], cells["nodes"], cells["fits"]) == ("24", "3", "yes")
     assert row[4] == "18"                # the memory minimum, printed beside the whole-node count
     assert "18 GPUs would fit; 24 = 3 whole node(s) of 8 GPUs" in result.output
+
+
+def test_install_dry_run_says_what_would_change_and_gives_no_verdict(tmp_path):
+    result = invoke("install", "-i", str(ROOT / "inventories" / "demo.yaml"), "--dry-run", "--out", str(tmp_path))
+    lines = result.output.splitlines()
+    last = next(line for line in lines if line.startswith("DRY-RUN"))
+    assert "READY" not in result.output and "passed" not in last, last   # a plan is not a readiness verdict
+    assert re.match(r"DRY-RUN: \d+ step\(s\) would change 16 node\(s\); \d+ step\(s\) already as wanted and \d+ "
+                    r"skipped would be left alone", last), last
+    assert "not a readiness verdict" in last
+    # gpu003 lost a GPU off the bus: installing DCGM cannot bring it back, so that is a check, not a change
+    assert "7 GPUs -> 8 GPUs" not in result.output
+    assert "then would check: dcgmi discovery -l is 7 GPUs now, 8 GPUs expected" in result.output
+    plan = (next((tmp_path / "demo").iterdir()) / "install-plan.txt").read_text()
+    for text in (result.output, plan):
+        # the pin file is a unified diff under its step; nothing of its content lands in column 0
+        assert "            +++ /etc/apt/preferences.d/nvdeploy-nvidia-driver\n" in text
+        assert "            +Pin-Priority: 1001\n" in text
+        assert not [line for line in text.splitlines() if line.startswith(("Package:", "Pin:", "Pin-Priority:"))]
+        would_run = [line for line in text.splitlines() if "nvdeploy-write $'# nvdeploy: hold" in line]
+        assert would_run and all(line.startswith("            would run: ") for line in would_run)
+
+
+def test_run_names_a_refused_reboot_as_results_json_does(tmp_path, write_inventory):
+    inventory = write_inventory("""
+all:
+  vars: {cluster: lab, connection: sim, profile: h100-sxm-8x, driver_version: "550.90.07"}
+  hosts:
+    gpu01: {sim_faults: [driver_mismatch]}
+""")
+    result = invoke("run", "-i", str(inventory), "--out", str(tmp_path))
+    assert "FAILED" not in result.output
+    assert re.search(r"^  ERROR   reboot \(reboot_required\): reboot required", result.output, re.M), result.output
+    assert re.search(r"^install: .* 0 FAIL, 1 ERROR \(reboot_required\), ", result.output, re.M), result.output
+    data = json.loads((next((tmp_path / "lab").iterdir()) / "results.json").read_text())
+    reboot = next(f for f in data["nodes"][0]["findings"] if f["check"] == "install.reboot")
+    assert (reboot["verdict"], reboot["reason"]) == ("ERROR", "reboot_required")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from nvdeploy.hostrange import fold
 from nvdeploy.results import Finding, NodeResult, Remediation, Verdict
@@ -54,7 +54,10 @@ def version_consistency(nodes: Sequence[NodeResult], key: str, check_id: str,
     return updated, [cluster]
 
 
-def evaluate_cluster(nodes: Sequence[NodeResult]) -> tuple[list[NodeResult], list[Finding]]:
+def evaluate_cluster(nodes: Sequence[NodeResult], racks_of: Optional[Mapping[str, Sequence[Any]]] = None
+                     ) -> tuple[list[NodeResult], list[Finding]]:
+    """Cluster-stage findings. ``racks_of``: host -> [rack, rack budget W], from the run's header, so a rack's
+    unmeasured nodes are known to the power budget."""
     updated, findings = list(nodes), []
     for key, check_id, what in VERSION_CONSISTENCY:
         updated, more = version_consistency(updated, key, check_id, what)
@@ -62,5 +65,5 @@ def evaluate_cluster(nodes: Sequence[NodeResult]) -> tuple[list[NodeResult], lis
     # Power per rack and cluster, from the power.node findings (nvdeploy/checks/power.py).
     from nvdeploy.checks.power import evaluate_power
 
-    findings.extend(evaluate_power(updated))
+    findings.extend(evaluate_power(updated, racks_of))
     return updated, findings

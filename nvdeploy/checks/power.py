@@ -12,7 +12,7 @@ from nvdeploy.checks.common import SMI, smi_gate, split_gpus
 from nvdeploy.checks.dcgm import test_key
 from nvdeploy.checks.registry import CLUSTER_CHECKS, NodeContext, register
 from nvdeploy.hostrange import fold
-from nvdeploy.results import Finding, NodeResult, Remediation, Verdict
+from nvdeploy.results import ErrorReason, Finding, NodeResult, Remediation, Verdict
 
 NODE_CHECK = "power.node"
 BUDGET_CHECK = "power.budget"
@@ -141,25 +141,40 @@ def _node_power(node: NodeResult) -> Optional[dict[str, Any]]:
     return None
 
 
-def evaluate_power(nodes: Sequence[NodeResult]) -> list[Finding]:
-    """The cluster-stage findings (power.budget per rack with a budget, power.cluster); none without power.node."""
+def evaluate_power(nodes: Sequence[NodeResult],
+                   racks_of: Optional[Mapping[str, Sequence[Any]]] = None) -> list[Finding]:
+    """The cluster-stage findings (power.budget per rack with a budget, power.cluster); none without power.node.
+
+    ``racks_of`` (host -> [rack, budget W or None], from the inventory's vars) names the rack's members that gave
+    no power figure (unreachable, hung, interrupted): a sum without them proves nothing within budget, so such a rack is FAIL
+    when its measured nodes alone exceed the budget and ERROR ``incomplete`` otherwise, never PASS."""
     racks: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    unmeasured: dict[str, list[str]] = defaultdict(list)
+    declared: dict[str, set[float]] = defaultdict(set)  # budgets the inventory gives the unmeasured nodes
     for node in nodes:
         power = _node_power(node)
         if power is not None:
             racks[power.get("rack") or NO_RACK].append((node.name, power))
-    if not racks:
+        elif racks_of and racks_of.get(node.name) and racks_of[node.name][0]:
+            rack, budget = racks_of[node.name][0], racks_of[node.name][1]
+            unmeasured[rack].append(node.name)
+            if budget is not None:
+                declared[rack].add(float(budget))
+    if not racks and not any(declared.values()):
         return []
     findings: list[Finding] = []
     per_rack: dict[str, dict[str, Any]] = {}
-    for rack, members in sorted(racks.items()):
+    for rack in sorted(set(racks) | {r for r, b in declared.items() if b}):
+        members = racks.get(rack, [])
         limit = sum(p["limit_w"] for _, p in members)
         draws = [p["draw_w"] for _, p in members]
         draw = sum(draws) if all(d is not None for d in draws) else None
-        names = fold([n for n, _ in members])
-        per_rack[rack] = {"nodes": len(members), "gpus": sum(p["gpus"] for _, p in members),
-                          "limit_w": round(limit, 2), "draw_w": round(draw, 2) if draw is not None else None}
-        budgets = sorted({p["rack_budget_w"] for _, p in members if p.get("rack_budget_w") is not None})
+        names = fold([n for n, _ in members]) or "no node measured"
+        if members:
+            per_rack[rack] = {"nodes": len(members), "gpus": sum(p["gpus"] for _, p in members),
+                              "limit_w": round(limit, 2), "draw_w": round(draw, 2) if draw is not None else None}
+        budgets = sorted({p["rack_budget_w"] for _, p in members if p.get("rack_budget_w") is not None}
+                         | declared.get(rack, set()))
         if not budgets or rack == NO_RACK:
             continue
         budget = budgets[0]  # differing budgets on one rack: the smallest binds
@@ -167,14 +182,24 @@ def evaluate_power(nodes: Sequence[NodeResult]) -> list[Finding]:
             if len(budgets) > 1 else ""
         text = (f"rack {rack} ({names}): GPU power limits {_kw(limit)} against a budget of {_kw(budget)}"
                 + (f", {_kw(draw)} at idle" if draw is not None else "") + note)
+        missing = unmeasured.get(rack, [])
+        if missing:
+            text += f"; not measured: {fold(missing)} ({len(missing)} of {len(missing) + len(members)} nodes)"
         if limit > budget:
             over = limit - budget
             findings.append(Finding(BUDGET_CHECK, Verdict.FAIL, f"{text}: {over:g} W over; lower the GPU power limits "
                                     "(nvidia-smi -pl) or move nodes", observed=round(limit, 2),
                                     expected=f"<= {budget:g}", unit="W", remediation=Remediation.TUNE))
+        elif missing:
+            findings.append(Finding(BUDGET_CHECK, Verdict.ERROR, f"{text}: the rack's total is not known, so it is "
+                                    "not proven within budget; re-validate the nodes not measured",
+                                    observed=round(limit, 2), expected=f"<= {budget:g}", unit="W",
+                                    reason=ErrorReason.INCOMPLETE))
         else:
             findings.append(Finding(BUDGET_CHECK, Verdict.PASS, text, observed=round(limit, 2),
                                     expected=f"<= {budget:g}", unit="W"))
+    if not per_rack:
+        return findings
     total_limit = sum(r["limit_w"] for r in per_rack.values())
     draws = [r["draw_w"] for r in per_rack.values()]
     total_draw = sum(draws) if all(d is not None for d in draws) else None

@@ -9,7 +9,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from nvdeploy import __version__
 from nvdeploy.checks.cluster import VERSION_CONSISTENCY, evaluate_cluster
@@ -58,6 +58,12 @@ BRIEF_FACTS = tuple(dict.fromkeys(REPORT_FACTS + tuple(key for key, _check, _wha
 BRIEF_FINDINGS = (POWER_NODE_CHECK,)
 
 
+def racks_of(hosts: Sequence[Host]) -> dict[str, list[Any]]:
+    """Host -> [rack, rack_power_budget_w] for the hosts with a rack: the power budget must know a rack's nodes
+    that gave no power figure."""
+    return {h.name: [str(h.vars["rack"]), h.vars.get("rack_power_budget_w")] for h in hosts if h.vars.get("rack")}
+
+
 def brief_of(node: NodeResult) -> NodeBrief:
     return NodeBrief.of(node, BRIEF_FACTS, BRIEF_FINDINGS)
 
@@ -69,12 +75,12 @@ def finish_run(header: dict, nodes: Union[list[NodeResult], NodeSpool], order: l
     From a spool, the cluster checks read each node's brief (its version facts and power findings), and only the
     nodes they add findings to are read back, amended and spooled again: the run's nodes stay on disk."""
     if isinstance(nodes, NodeSpool):
-        ordered_nodes, cluster_findings = _evaluate_spooled(nodes, order)
+        ordered_nodes, cluster_findings = _evaluate_spooled(nodes, order, header.get("racks"))
     else:
         by_name = {n.name: n for n in nodes}
         ordered = [by_name[name] for name in order if name in by_name]
         ordered += [n for n in nodes if n.name not in set(order)]
-        evaluated, cluster_findings = evaluate_cluster(ordered)
+        evaluated, cluster_findings = evaluate_cluster(ordered, header.get("racks"))
         ordered_nodes = tuple(evaluated)
     return RunResult(
         run_id=header["run_id"], cluster=header["cluster"], phase=header.get("phase", "validate"),
@@ -85,10 +91,11 @@ def finish_run(header: dict, nodes: Union[list[NodeResult], NodeSpool], order: l
         user=header.get("user", ""))
 
 
-def _evaluate_spooled(spool: NodeSpool, order: list[str]) -> tuple[Sequence[NodeResult], list[Finding]]:
+def _evaluate_spooled(spool: NodeSpool, order: list[str], racks_of: Optional[Mapping[str, Sequence[Any]]] = None
+                      ) -> tuple[Sequence[NodeResult], list[Finding]]:
     ordered = spool.nodes(order)
     views = [NodeResult(b.name, b.kept, address=b.address, profile=b.profile, facts=b.facts) for b in ordered.briefs]
-    updated, cluster_findings = evaluate_cluster(views)
+    updated, cluster_findings = evaluate_cluster(views, racks_of)
     for view, after in zip(views, updated):
         if after is not view:  # the cluster checks appended findings to this node: amend the full result
             spool.add(spool.get(view.name).with_findings(after.findings[len(view.findings):]))
@@ -107,7 +114,7 @@ def run_validate(inventory: Inventory, catalog: ProfileCatalog, options: EngineO
     header = {"type": "run", "run_id": run_id, "cluster": inventory.cluster, "phase": "validate", "level": level,
               "started_at": _now(), "profiles": profiles, "nvdeploy_version": __version__,
               "inventory": inventory.path, "user": _user(), "hosts": [h.name for h in inventory.hosts],
-              "fail_on_warn": fail_on_warn, "checks": list(options.checks)}
+              "fail_on_warn": fail_on_warn, "checks": list(options.checks), "racks": racks_of(inventory.hosts)}
     recorder.journal(header)
     return _execute(header, list(inventory.hosts), [], recorder, catalog, options, fail_on_warn, progress,
                     list(inventory.hosts))

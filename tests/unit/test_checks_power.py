@@ -89,3 +89,42 @@ def test_cluster_stage_makes_the_run_not_ready(tmp_path):
     block = html[html.index('id="power-table"'):]
     block = block[:block.index("</table>")]
     assert "<td>r1</td>" in block and "11.2 kW" in block and "<b>cluster</b>" in block
+
+
+def test_a_rack_with_unmeasured_nodes_is_never_pass_on_a_partial_sum(tmp_path):
+    """Six 5.6 kW nodes against 30 kW: one unreachable, one whose nvidia-smi hangs. The four measured sum to 22.4 kW,
+    under budget, but all six at their limits draw 33.6 kW: the rack's total is unknown, so ERROR incomplete."""
+    from nvdeploy.engine import EngineOptions
+    from nvdeploy.phases.validate import run_validate
+    from nvdeploy.results import ErrorReason
+
+    path = tmp_path / "inv.yaml"
+    path.write_text("all:\n  vars: {connection: sim, profile: h100-sxm-8x, rack: r1, rack_power_budget_w: 30000}\n"
+                    "  hosts:\n    n1: {}\n    n2: {}\n    n3: {}\n    n4: {}\n"
+                    "    n5: {sim_faults: [unreachable]}\n    n6: {sim_faults: [smi_hang], command_timeout: 2}\n")
+    outcome = run_validate(load_inventory(path, CATALOG), CATALOG,
+                           EngineOptions(checks=("power.node",)), tmp_path / "out")
+    [budget] = [f for f in outcome.run.cluster_findings if f.check == "power.budget"]
+    assert (budget.verdict, budget.reason) == (Verdict.ERROR, ErrorReason.INCOMPLETE), budget.summary
+    assert "22.4 kW" in budget.summary and "not measured: n[5-6] (2 of 6 nodes)" in budget.summary
+    assert outcome.run.verdict is not ClusterVerdict.READY
+
+
+def test_unmeasured_nodes_cannot_hide_a_rack_already_over_budget():
+    found = evaluate_power([node("a", 5600, "r", 10000), node("b", 5600, "r", 10000), NodeResult("c", ())],
+                           racks_of={"c": ["r", 10000]})
+    [budget] = [f for f in found if f.check == "power.budget"]
+    assert budget.verdict is Verdict.FAIL and "not measured: c (1 of 3 nodes)" in budget.summary
+
+
+def test_a_rack_with_no_node_measured_is_error_not_silence():
+    found = evaluate_power([NodeResult("c", ()), NodeResult("d", ())], racks_of={"c": ["r", 9000], "d": ["r", 9000]})
+    assert [(f.check, f.verdict) for f in found] == [("power.budget", Verdict.ERROR)]
+    assert "not measured: c,d (2 of 2 nodes)" in found[0].summary
+
+
+def test_every_node_measured_is_still_judged_on_the_sum():
+    found = evaluate_power([node("a", 4000, "r", 9000), node("b", 4000, "r", 9000)],
+                           racks_of={"a": ["r", 9000], "b": ["r", 9000]})
+    [budget] = [f for f in found if f.check == "power.budget"]
+    assert budget.verdict is Verdict.PASS and "not measured" not in budget.summary

@@ -146,8 +146,8 @@ def evaluate_power(nodes: Sequence[NodeResult],
     """The cluster-stage findings (power.budget per rack with a budget, power.cluster); none without power.node.
 
     ``racks_of`` (host -> [rack, budget W or None], from the inventory's vars) names the rack's members that gave
-    no power figure (unreachable, hung, interrupted): a sum without them proves nothing within budget, so such a rack is FAIL
-    when its measured nodes alone exceed the budget and ERROR ``incomplete`` otherwise, never PASS."""
+    no power figure (unreachable, hung, interrupted): a sum without them proves nothing within budget, so such a
+    rack is FAIL when its measured nodes alone exceed the budget and ERROR ``incomplete`` otherwise, never PASS."""
     racks: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
     unmeasured: dict[str, list[str]] = defaultdict(list)
     declared: dict[str, set[float]] = defaultdict(set)  # budgets the inventory gives the unmeasured nodes

@@ -70,7 +70,8 @@ def _scenario(name: str) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def cluster():
-    names = ["tmo", "dl", "sigint", "sigterm", "sigkill", "drop", "silent", "normal", "lock", "pw1", "pw2"]
+    names = ["tmo", "dl", "sigint", "sigterm", "sigkill", "drop", "silent", "normal", "lock", "pw1", "pw2", "squat",
+             "links"]
     with SshCluster([_scenario(n) for n in names]) as started:
         replay_cluster(started)
         yield started
@@ -365,3 +366,61 @@ def test_wrong_sudo_password_is_tried_once_per_run(cluster, tmp_path):
     kmsg_other = next(f for f in nodes[other]["findings"] if f["check"] == "kmsg.xid")
     assert (kmsg_other["verdict"], kmsg_other["reason"]) == ("ERROR", "sudo"), kmsg_other
     assert next(f for f in nodes[other]["findings"] if f["check"] == "gpu.count")["verdict"] == "PASS"
+
+
+def _lock_errors(run) -> list:
+    (node,) = run.nodes
+    return [f for f in node.findings if f.reason is ErrorReason.LOCK]
+
+
+@pytest.mark.timeout(120)
+def test_lock_folder_another_user_made_first_is_refused_over_ssh(cluster, tmp_path):
+    """Over real sshd: the node's lock folder made first by another local user (world-writable and sticky, as a
+    squatter in /tmp would make it) is refused with ERROR lock naming it; nothing runs and nothing is written into it.
+    """
+    if os.geteuid() != 0:
+        pytest.skip("needs root to hand the folder to another uid")
+    node = cluster.node("squat")
+    lock = node.home / "nvdeploy.lock"
+    shutil.rmtree(lock, ignore_errors=True)
+    lock.mkdir()
+    lock.chmod(0o1777)
+    os.chown(lock, 65534, -1)  # nobody
+    try:
+        out = _in_process(cluster, tmp_path, ["squat"], EngineOptions(checks=QUICK_CHECKS))
+        errors = _lock_errors(out.run)
+        assert errors and out.run.nodes[0].verdict is Verdict.ERROR, out.run.nodes[0].findings
+        assert f"{lock} is owned by another user" in " ".join(f.summary for f in errors), errors[0].summary
+        assert list(lock.iterdir()) == []
+        # connected, and then nothing judged: no check ran on the node
+        assert [f.check for f in out.run.nodes[0].findings if f.verdict is Verdict.PASS] == ["system.reachable"]
+    finally:
+        shutil.rmtree(lock, ignore_errors=True)
+
+
+@pytest.mark.timeout(120)
+def test_planted_links_are_never_followed_over_ssh(cluster, tmp_path):
+    """A lock folder that is a link is refused (its target untouched); a holder file planted as a link inside a
+    good lock folder is neither followed nor removed, and the run still locks and passes."""
+    node = cluster.node("links")
+    lock = node.home / "nvdeploy.lock"
+    shutil.rmtree(lock, ignore_errors=True)
+    target = node.home / "elsewhere"
+    target.mkdir(exist_ok=True)
+    victim = node.home / "victim.txt"
+    victim.write_text("precious\n")
+    lock.symlink_to(target)
+    out = _in_process(cluster, tmp_path / "a", ["links"], EngineOptions(checks=QUICK_CHECKS))
+    errors = _lock_errors(out.run)
+    assert errors and "is a symbolic link" in errors[0].summary, out.run.nodes[0].findings
+    assert list(target.iterdir()) == []
+
+    lock.unlink()
+    lock.mkdir(mode=0o700)
+    planted = lock / "holder.999999999"
+    planted.symlink_to(victim)
+    out = _in_process(cluster, tmp_path / "b", ["links"], EngineOptions(checks=QUICK_CHECKS))
+    assert not _lock_errors(out.run), out.run.nodes[0].findings
+    assert out.run.nodes[0].verdict is Verdict.PASS, [f for f in out.run.nodes[0].findings
+                                                      if f.verdict is not Verdict.PASS]
+    assert planted.is_symlink() and victim.read_text() == "precious\n"

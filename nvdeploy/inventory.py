@@ -406,10 +406,11 @@ class _Builder:
             if name in depth:
                 return depth[name]
             if name in visiting:
-                raise RecursionError(name)
+                raise RecursionError(name, set(visiting))
             visiting.add(name)
             try:
-                found = 0 if name == "all" else 1 + max(visit(p) for p in parents[name])
+                # sorted: which edge of a loop is named must not depend on the string hash seed
+                found = 0 if name == "all" else 1 + max(visit(p) for p in sorted(parents[name]))
             finally:
                 visiting.discard(name)
             depth[name] = found
@@ -419,9 +420,10 @@ class _Builder:
             try:
                 visit(name)
             except RecursionError as loop:
-                group = str(loop)
-                line = next((self.groups[p].children[group] for p in parents[group]
-                             if self.groups[p].children.get(group)), self.groups[group].line)
+                group, on_loop = loop.args
+                # the edge that closes the loop: the group listed as a child of a group on the loop
+                line = next((self.groups[p].children[group] for p in sorted(parents[group])
+                             if p in on_loop and self.groups[p].children.get(group)), self.groups[group].line)
                 raise self.fail("group contains itself (through its children)", line, group) from None
         return depth
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import importlib
 import os
 import re
 import shutil
@@ -377,11 +378,13 @@ def _pylib_template(python: str) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "_data")
     shutil.copytree(Path(nvdeploy.__file__).parent, pylib / "nvdeploy", ignore=ignore)
     shutil.copytree(data_dir("checks"), pylib / "nvdeploy" / "_data" / "checks", ignore=ignore)
-    probe = subprocess.run([python, "-c", "import yaml"], capture_output=True, timeout=30)
-    if probe.returncode != 0:
-        import yaml
-
-        shutil.copytree(Path(yaml.__file__).parent, pylib / "yaml", ignore=shutil.ignore_patterns("__pycache__"))
+    # The simulator's own dependencies (PyYAML for scenarios, ClusterShell for host ranges), for a node python
+    # that lacks them: pure-Python packages, copied from this interpreter's.
+    for name in ("yaml", "ClusterShell"):
+        probe = subprocess.run([python, "-c", f"import {name}"], capture_output=True, timeout=30)
+        if probe.returncode != 0:
+            module = importlib.import_module(name)
+            shutil.copytree(Path(module.__file__).parent, pylib / name, ignore=shutil.ignore_patterns("__pycache__"))
     # Not compiled is only slower: a failure here leaves the sources, which still import.
     subprocess.run([python, "-m", "compileall", "-q", str(pylib)], stdin=subprocess.DEVNULL,
                    capture_output=True, timeout=300, check=False)

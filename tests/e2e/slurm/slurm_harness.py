@@ -173,3 +173,6 @@ def prepare(cluster: SlurmTestCluster) -> None:
         path.chmod(0o755)
 
 
+# How long a cancelled job may stay COMPLETING: slurmd's KillWait (30 s by default: SIGTERM, then SIGKILL after
+# it) with room for a loaded machine.
+KILL_WAIT_MARGIN_S = 60

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_harness import PROFILE, SlurmTestCluster, prepare
+from slurm_harness import KILL_WAIT_MARGIN_S, PROFILE, SlurmTestCluster, prepare
 
 # The tests of one xdist group run on one worker, which starts its own Slurm cluster (slurm_harness.py: its own
 # folder and ports). Two groups, so the ~2.5 minutes of Slurm tests are not one worker's tail: the slowest three
@@ -205,7 +205,8 @@ def test_ctrl_c_during_the_job_cancels_it(slurm: SlurmTestCluster, tmp_path: Pat
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, out + err
-    assert slurm.wait_for(lambda: not slurm.jobs(), 20), slurm.jobs()
+    # Cancelled: the job may stay COMPLETING until slurmd's KillWait (30 s) has passed and it sent SIGKILL.
+    assert slurm.wait_for(lambda: not slurm.jobs(), KILL_WAIT_MARGIN_S), slurm.jobs()
     data = nodes_of(results(tmp_path))
     assert data["node2"]["verdict"] == "ERROR"
 
@@ -381,5 +382,5 @@ def test_via_slurm_multinode_nccl_is_one_srun_step_and_names_the_slow_node(slurm
     steps = [note for note in phase["notes"] if "-nccl" in note]
     assert steps and all("rc 0" in s or "rc 1" in s for s in steps), phase["notes"]
     assert set(nodes) <= set(nodes_of(data))
-    assert slurm.wait_for(lambda: not slurm.jobs(), 20), slurm.jobs()
+    assert slurm.wait_for(lambda: not slurm.jobs(), KILL_WAIT_MARGIN_S), slurm.jobs()
     print(f"\nmulti-node srun steps (3 nodes x 2 ranks, {pattern}): " + "; ".join(steps))

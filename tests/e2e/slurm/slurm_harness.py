@@ -175,4 +175,4 @@ def prepare(cluster: SlurmTestCluster) -> None:
 
 # How long a cancelled job may stay COMPLETING: slurmd's KillWait (30 s by default: SIGTERM, then SIGKILL after
 # it) with room for a loaded machine.
-KILL_WAIT_MARGIN_S = 60
+KILL_WAIT_MARGIN_S = 120

@@ -54,7 +54,10 @@ def run_node_check(name: str, profile: str, timeout_s: float, checks: tuple[str,
     host = Host(name, {"connection": "local", "profile": profile, "command_timeout": timeout_s, "sudo": sudo})
     options = EngineOptions(forks=1, deadline_s=timeout_s + 5, checks=checks)
     with tempfile.TemporaryDirectory(prefix="nvd-check.") as scratch:
-        recorder = RunRecorder(Path(scratch) / "run")
+        # The folder's name is the run id the node lock's holder info carries: a run that finds the node busy
+        # names this health check, not an anonymous "run".
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        recorder = RunRecorder(Path(scratch) / f"node-check-{stamp}")
         try:
             return NodeRunner(catalog, options, recorder, time.monotonic() + timeout_s + 5).run(host)
         finally:
@@ -99,6 +102,11 @@ def node_check_command(profile: Optional[str], node_name: Optional[str], timeout
     from nvdeploy.slurm.drain import _part
 
     detail = ", ".join(dict.fromkeys(_part(f) for f in bad))
+    errors = [f for f in bad if f.verdict is Verdict.ERROR and f.summary]
+    if verdict is Verdict.ERROR and errors:
+        # What could not be checked, and why (a hung tool, the lock another run holds): the one line is all the
+        # operator reading slurmd's log gets.
+        detail += ": " + errors[0].summary[:200]
     line = f"nvdeploy node-check {name}: {verdict.value}" + (f" {detail}" if detail else "") + \
         f" ({time.monotonic() - started:.2f} s)" + (f"; {slurm_note}" if slurm_note else "")
     click.echo(" ".join(line.split()))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,26 @@ def test_faults_that_stop_jobs_fail_the_health_check(node, fault: str, check: st
     done = node(fault)
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stdout.startswith("nvdeploy node-check gpu7: FAIL ") and check in done.stdout
+
+
+def test_a_node_check_holding_the_lock_is_named_by_the_next_one(node, tmp_path: Path) -> None:
+    """Slurm runs the health check every few seconds: a run that finds the node busy must say it was one."""
+    scenario = tmp_path / "scenario.json"
+    scenario.write_text(NodeScenario("gpu7", ProfileCatalog().get("h100-sxm-8x"), ("hang",)).to_json())
+    env = dict(os.environ, PATH=f"{tmp_path}/bin:/usr/bin:/bin", NVD_SCENARIO_FILE=str(scenario),
+               NVDEPLOY_LOCK_DIR=str(tmp_path / "lock"), SLURM_CONF=str(tmp_path / "no-slurm.conf"))
+    first = subprocess.Popen([sys.executable, "-m", "nvdeploy", "node-check", "--profile", "h100-sxm-8x", "--node",
+                              "gpu7", "--timeout", "20"], env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "lock").glob("holder.*")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        (holder,) = (tmp_path / "lock").glob("holder.*")
+        assert " run=node-check-" in " " + holder.read_text()
+        second = node()
+        assert second.returncode == 3, second.stdout + second.stderr
+        assert "another nvdeploy run holds the node lock: run node-check-" in second.stdout, second.stdout
+    finally:
+        first.kill()
+        first.wait(timeout=30)

@@ -132,11 +132,26 @@ class SlurmTestCluster:
                 self.cmd("scontrol", "delete", "reservationname=" + line.split()[0].split("=", 1)[1])
         for node in self.nodes:
             (self.node_dir(node) / "health.on").unlink(missing_ok=True)
+        # A health check slurmd started before the switch went off still runs (and holds its node's lock, and may
+        # drain or resume): the next test must not meet it.
+        assert self.wait_for(lambda: not self.health_checks_running(), 60), "a health check did not end"
+        for node in self.nodes:
             self.set_faults(node)
             if self.states().get(node, "idle") != "idle":
                 self.cmd("scontrol", "update", f"nodename={node}", "state=resume")
         # Idle AND responding: each test starts from the same state (test_resumed_nodes_... covers "idle*").
         assert self.wait_for(lambda: set(self.states(responding=True).values()) == {"idle"}, 60), self.states(True)
+
+    def health_checks_running(self) -> bool:
+        """Whether a HealthCheckProgram run of this cluster is alive (the sh waits for its node-check)."""
+        script = str(self.dir / "health.sh").encode()
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and script in (proc / "cmdline").read_bytes():
+                    return True
+            except OSError:
+                continue
+        return False
 
     def nvdeploy(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
         return _run([sys.executable, "-m", "nvdeploy", *args], timeout, self.env)

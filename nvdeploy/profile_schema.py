@@ -10,6 +10,7 @@ ib:       {hcas: 8, rate_gbps: 400}                # compute fabric HCAs; absent
 throttle: {fail: [hw_slowdown, ...], warn: [sw_thermal_slowdown]}      # active clock-event reasons
 mig:      {enabled: false}                         # the MIG mode every MIG-capable GPU must be in
 cuda:     {toolkit: "12.4"}                        # the CUDA toolkit installed by default
+nvlink_domain: {trays: 18, gpus: 72}            # rack-scale NVLink (NVL72): nodes are trays of one domain
 datasheet: {bf16_tflops: 989.4, fp8_tflops: 1978.9, hbm_gb: 80, tdp_w: 700, sources: [...]}  # dense, per GPU
 ```
 """
@@ -65,6 +66,10 @@ SECTIONS: dict[str, dict[str, tuple[Callable[[Any], bool], str, bool]]] = {
     # profile's default driver runs in full (a test holds every profile to it).
     "cuda": {"toolkit": (lambda v: isinstance(v, str) and bool(re.fullmatch(r"\d+\.\d+", v)),
                          'a quoted "major.minor" CUDA release, e.g. "12.4"', True)},
+    # A multi-node NVLink domain (NVL72 rack): its size when whole, in nodes (compute trays) and GPUs. Absent:
+    # the node is an NVLink domain of its own (HGX baseboard, PCIe), and domain checks SKIP.
+    "nvlink_domain": {"trays": (lambda v: _count(v) and v > 0, "a positive integer number of trays (nodes)", True),
+                      "gpus": (lambda v: _count(v) and v > 0, "a positive integer number of GPUs", True)},
     # Datasheet figures per GPU for `nvdeploy size`: DENSE Tensor-Core TFLOPS (halve NVIDIA's sparse figures), an
     # absent precision means the SKU has no Tensor-Core path for it. Optional: a user profile may omit it.
     "datasheet": {**{key: (_number, "a positive number (dense TFLOPS per GPU)", False)

@@ -14,7 +14,7 @@ from nvdeploy.builtin import data_dir
 from nvdeploy.yamlfile import ConfigError, LocDict, line_of, load_yaml_file, require_str
 
 _TOP_KEYS = {"name", "version", "description", "sources", "gpu", "driver", "nvlink", "pcie", "sim", "nccl", "ib",
-             "throttle", "mig", "datasheet", "cuda"}
+             "throttle", "mig", "datasheet", "cuda", "nvlink_domain"}
 _GPU_KEYS = {"count", "model", "memory_mib", "memory_tolerance_pct", "pci_device_id", "ecc_required", "nvswitch",
              "power_limit_w", "max_temperature_c", "nvlsm"}
 _DRIVER_KEYS = {"version", "min_version", "flavour"}
@@ -37,6 +37,17 @@ class GpuExpectation:
 
 
 @dataclass(frozen=True)
+class NvlinkDomain:
+    """One multi-node NVLink domain (an NVL72 rack): how many nodes (compute trays) and GPUs it holds when whole.
+
+    A profile with one describes a node that is a tray of a rack-scale system: its GPUs register with an NVLink
+    fabric managed outside the node, and the domain, not the node, is the unit of health."""
+
+    trays: int
+    gpus: int
+
+
+@dataclass(frozen=True)
 class Profile:
     """The expected hardware and software of one kind of node."""
 
@@ -47,6 +58,7 @@ class Profile:
     driver_version: Optional[str] = None
     driver_min_version: Optional[str] = None
     driver_flavour: Optional[str] = None  # open | proprietary kernel modules; None: not stated
+    nvlink_domain: Optional[NvlinkDomain] = None  # None: the node is its own NVLink world (HGX, PCIe)
     sim: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     path: str = ""
@@ -89,6 +101,19 @@ def _flavour(driver: Any, file: str) -> Optional[str]:
     return value
 
 
+def _nvlink_domain(data: Any, gpus_per_node: int, file: str) -> Optional[NvlinkDomain]:
+    """The ``nvlink_domain`` section (keys validated by the schema); its GPUs must be whole trays of this profile."""
+    if "nvlink_domain" not in data:
+        return None
+    body = data["nvlink_domain"]
+    domain = NvlinkDomain(trays=int(body["trays"]), gpus=int(body["gpus"]))
+    if domain.gpus != domain.trays * gpus_per_node:
+        raise ConfigError(f"must be trays x gpu.count = {domain.trays} x {gpus_per_node} = "
+                          f"{domain.trays * gpus_per_node}, got {domain.gpus}", file, line_of(body, "gpus"),
+                          "nvlink_domain.gpus")
+    return domain
+
+
 def load_profile_file(path: Union[str, Path]) -> Profile:
     file = str(path)
     data = load_yaml_file(path)
@@ -127,6 +152,7 @@ def load_profile_file(path: Union[str, Path]) -> Profile:
         driver_version=require_str(driver, "version", file) if "version" in driver else None,
         driver_min_version=require_str(driver, "min_version", file) if "min_version" in driver else None,
         driver_flavour=_flavour(driver, file),
+        nvlink_domain=_nvlink_domain(data, expectation.count, file),
         sim={k: require_str(sim, k, file) for k in sim},
         extra={k: data[k] for k in ("nvlink", "pcie", "nccl", "sources", "ib", "throttle", "mig", "datasheet", "cuda")
                if k in data},

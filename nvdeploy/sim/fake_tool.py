@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from nvdeploy.profiles import GpuExpectation, Profile, ProfileCatalog
+from nvdeploy.profiles import GpuExpectation, NvlinkDomain, Profile, ProfileCatalog
 from nvdeploy.sim.scenario import NodeScenario
 from nvdeploy.sim.tools import run_tool
 
@@ -90,7 +90,9 @@ class CachedProfiles:
 
 
 def _profile_from(data: dict) -> Profile:
-    return Profile(**{**data, "gpu": GpuExpectation(**data["gpu"])})
+    domain = data.get("nvlink_domain")
+    return Profile(**{**data, "gpu": GpuExpectation(**data["gpu"]),
+                      "nvlink_domain": NvlinkDomain(**domain) if domain else None})
 
 
 def _is_module_path(arg0: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Mapping, Optional, Sequence
 
+from nvdeploy.checks.registry import CLUSTER_CHECKS
 from nvdeploy.hostrange import fold
 from nvdeploy.results import Finding, NodeResult, Remediation, Verdict
 
@@ -17,6 +18,28 @@ VERSION_CONSISTENCY = (
     ("ofed_version", "ofed.consistency", "OFED"),
     ("fabricmanager_version", "fabric.consistency", "fabric manager"),
 )
+# Which node output each version is read from, for the catalog's text.
+_VERSION_FROM = {
+    "driver_version": "``nvidia-smi -q -x`` (driver.loaded)",
+    "cuda_version": "``nvidia-smi -q -x`` (the CUDA version the driver supports)",
+    "dcgm_version": "``dcgmi --version`` (system.versions)",
+    "nccl_version": "nccl-tests' ``NCCL_DEBUG=VERSION`` line (nccl.all_reduce, when it ran)",
+    "ofed_version": "``ofed_info -s`` (system.versions)",
+    "fabricmanager_version": "``nv-fabricmanager --version`` (fabric.manager, NVSwitch SKUs)",
+}
+
+
+def _consistency_doc(key: str, what: str) -> str:
+    return (f"Runs nothing on the nodes: after every node's own checks, compares the {what} version each node "
+            f"reported, read from {_VERSION_FROM[key]}. PASS: every node that reports it reports the same version. "
+            f"FAIL (REINSTALL) on each node whose version differs from the majority (on a tie, on every node), "
+            f"with a cluster finding that shows the folded histogram (``gpu[001-127]: 550.54.15 | gpu128: "
+            f"535.104.05``). Nodes that do not report it are left to their own checks; fewer than two nodes "
+            f"reporting it give no finding. It runs on every validation, at every level.")
+
+
+# The cluster stage's text in the catalog (nvdeploy checks list/show): these run on every validation.
+CLUSTER_CHECKS.update({check_id: _consistency_doc(key, what) for key, check_id, what in VERSION_CONSISTENCY})
 
 
 def version_consistency(nodes: Sequence[NodeResult], key: str, check_id: str,
@@ -54,10 +77,12 @@ def version_consistency(nodes: Sequence[NodeResult], key: str, check_id: str,
     return updated, [cluster]
 
 
-def evaluate_cluster(nodes: Sequence[NodeResult], racks_of: Optional[Mapping[str, Sequence[Any]]] = None
+def evaluate_cluster(nodes: Sequence[NodeResult], racks_of: Optional[Mapping[str, Sequence[Any]]] = None,
+                     fleet: Optional[Mapping[str, Mapping[str, Any]]] = None
                      ) -> tuple[list[NodeResult], list[Finding]]:
     """Cluster-stage findings. ``racks_of``: host -> [rack, rack budget W], from the run's header, so a rack's
-    unmeasured nodes are known to the power budget."""
+    unmeasured nodes are known to the power budget. ``fleet``: profile stamp -> its ``fleet`` section, from the
+    run's header when fleet.performance was selected (None: not run)."""
     updated, findings = list(nodes), []
     for key, check_id, what in VERSION_CONSISTENCY:
         updated, more = version_consistency(updated, key, check_id, what)
@@ -66,4 +91,10 @@ def evaluate_cluster(nodes: Sequence[NodeResult], racks_of: Optional[Mapping[str
     from nvdeploy.checks.power import evaluate_power
 
     findings.extend(evaluate_power(updated, racks_of))
+    if fleet is not None:
+        # Each measured figure against the node's peers of the same profile (nvdeploy/checks/fleet.py).
+        from nvdeploy.checks.fleet import evaluate_fleet
+
+        updated, more = evaluate_fleet(updated, fleet)
+        findings.extend(more)
     return updated, findings

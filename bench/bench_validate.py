@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark of ``nvdeploy validate`` at scale: the figures of issue 10's table, each with MET/MISSED.
+"""Benchmark of ``nvdeploy validate`` at scale: the scale figures against their goals, each with MET/MISSED.
 
     python3 bench/bench_validate.py                        # every row (sim 1,000 + 10,000; SSH 128)  ~5-10 min
     python3 bench/bench_validate.py --only sim --nodes 1000        # one row                          ~1 min
@@ -437,7 +437,7 @@ def main() -> int:
                     subprocess.run(["rm", "-rf", str(sim_dir)], check=False)
         if "ssh" in only and args.ssh_nodes > 0:
             ssh = bench_ssh(args.ssh_nodes, args.forks, tmp, args.timeout)
-    print("\nissue 10 goals")
+    print("\nscale goals")
     if 1000 in sim:
         wall = sim[1000]["wall"]
         print(f"  1,000 simulated nodes: {wall:.1f} s (goal < {GOALS['sim1000_s']:.0f} s): "

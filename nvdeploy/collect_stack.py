@@ -1,4 +1,4 @@
-"""Collectors of the GPU software stack around the driver (issue 12): installed CUDA toolkits, the MPS control
+"""Collectors of the GPU software stack around the driver: installed CUDA toolkits, the MPS control
 daemon and the container runtime. All are light (seconds) and ride in the node's one batched round trip, each
 under its own timeout.
 

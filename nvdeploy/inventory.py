@@ -95,7 +95,7 @@ VAR_SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
     "cpu_governor": (lambda v: v in ("performance", "powersave", "schedutil", "ondemand"),
                      "one of performance, powersave, schedutil, ondemand"),
     "mig_enabled": (lambda v: isinstance(v, bool), "true or false (overrides the profile's mig.enabled)"),
-    # The GPU stack around the driver (issue 12; nvdeploy/checks/mps.py).
+    # The GPU stack around the driver (nvdeploy/checks/mps.py).
     "mps": (lambda v: isinstance(v, bool), "true or false (gpu.mps: the MPS control daemon must run)"),
     "mps_pipe_dir": (lambda v: isinstance(v, str) and v.startswith("/"),
                      "an absolute path (CUDA_MPS_PIPE_DIRECTORY; default /tmp/nvidia-mps)"),

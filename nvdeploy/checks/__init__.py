@@ -35,9 +35,9 @@ from nvdeploy.checks.registry import Check, NodeContext, build_catalog, register
 CHECK_MODULES = (
     # The node's GPUs, driver and kernel log.
     driver, driver_flavour, gpu, kmsg, memory, system,
-    # The catalog of issue 4: NVLink, PCIe, fabric manager, InfiniBand, clocks/thermals/MIG, versions, DCGM, nccl-tests.
+    # The datacenter catalog: NVLink, PCIe, fabric manager, InfiniBand, clocks/thermals/MIG, versions, DCGM, nccl-tests.
     clocks, dcgm, fabric, ib, nccl, nvlink, pcie, versions,
-    # The GPU stack around the driver (issue 12): containers, CUDA toolkit/driver compatibility, MPS; power; RDMA.
+    # The GPU stack around the driver: containers, CUDA toolkit/driver compatibility, MPS; power; RDMA.
     container, cuda, mps, power, rdma,
     # The Kubernetes GPU Operator (cluster stage on the controller, nvdeploy/phases/k8s.py).
     gpu_operator,

@@ -6,14 +6,14 @@ import line per new module.
 from nvdeploy.sim import chaos  # noqa: E402,F401  isort: skip
 from nvdeploy.sim import fake_nvml  # noqa: E402,F401
 
-# The datacenter tools and the faults of the check catalog (issue 4).
+# The datacenter tools (NVLink, PCIe, fabric manager, InfiniBand, DCGM, nccl-tests) and their faults.
 from nvdeploy.sim import datacenter, dcgm_tool, nccl_tool  # noqa: E402,F401  isort: skip
 
-# Stateful nodes: packages, services, modules, GPU settings that install/optimize change (issue 6).
+# Stateful nodes: packages, services, modules, GPU settings that install/optimize change, kept across runs.
 from nvdeploy.sim import state, systools  # noqa: E402,F401  isort: skip
 
 # mpirun across the simulated cluster (multi-node nccl-tests).
 from nvdeploy.sim import mpi_tool  # noqa: E402,F401  isort: skip
 
-# The GPU stack around the driver (issue 12): CUDA toolkits (find), MPS control.
+# The GPU stack around the driver: CUDA toolkits (find), MPS control.
 from nvdeploy.sim import stack_tools  # noqa: E402,F401  isort: skip

@@ -1,4 +1,4 @@
-"""Simulated GPU-stack tools of issue 12: the CUDA toolkit listing (``find /usr/local ...``) and the MPS control
+"""Simulated GPU-stack tools: the CUDA toolkit listing (``find /usr/local ...``) and the MPS control
 client (``nvidia-cuda-mps-control``), with their faults.
 
 - ``find``: answers only the ``cuda_toolkits`` collector's command line (nvdeploy/collect_stack.py) with the

@@ -5,7 +5,7 @@ Each command runs under ``timeout -k`` (so a hung tool is killed on the node, no
 so arbitrary bytes (NUL, invalid UTF-8, a fake sentinel printed by the tool) cannot break the framing. The
 script ends with an end marker: a batch whose marker is missing was cut off.
 
-The run's lifetime on the node (issue 9):
+The run's lifetime on the node:
 
 - **Nothing outlives the batch.** The script's stdin is the SSH channel (or the local transport's pipe), and the
   controller keeps it open, sending nothing but the heartbeat, until it has read the whole answer. A watcher
@@ -39,7 +39,7 @@ The run's lifetime on the node (issue 9):
   go on). Only when it succeeded do the sudo commands start; otherwise they are reported ``rc=s<N>`` (not run)
   and the non-sudo commands run as usual.
 
-The cost on the node (issue 10): every process the wrapper adds is a fork and, for a tool, an exec with its
+The cost on the node: every process the wrapper adds is a fork and, for a tool, an exec with its
 dynamic loading, on every node of the fleet. What is left, and why:
 
 - per command: ``timeout`` (the per-command limit; it also gives the tool the process group the stray sweep

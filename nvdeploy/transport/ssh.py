@@ -49,7 +49,7 @@ _BATCH_SLACK_S = batch.KILL_GRACE_S + 5
 _GLOBAL_KNOWN_HOSTS = Path("/etc/ssh/ssh_known_hosts")
 _KEEPALIVE_S = 15
 # paramiko's transport thread wakes every 0.1 s on an idle connection (its socket timeout) to check for close and
-# keepalive: 64+ connections waking 10 times a second cost ~10 ms of controller CPU per node (issue 10). Once
+# keepalive: 64+ connections waking 10 times a second cost ~10 ms of controller CPU per node. Once
 # connected, a second is enough: keepalive is every 15 s, and close() wakes the thread itself (see close()).
 _IDLE_CHECK_S = 1.0
 
@@ -581,7 +581,7 @@ class SSHTransport(Transport):
                 if not progressed:
                     # Sleep until paramiko feeds data, EOF or a close (ours, the node's, or the connection's), the
                     # next heartbeat, or the limit. Polling every 20 ms instead cost 64 worker threads ~45 ms of
-                    # controller CPU per node (py-spy, issue 10), more than the rest of the SSH work together.
+                    # controller CPU per node (measured with py-spy), more than the rest of the SSH work together.
                     wait = min(beat + batch.HEARTBEAT_S, started + limit_s) - now
                     if ready is None:
                         time.sleep(min(_POLL_S, max(wait, 0.0)))

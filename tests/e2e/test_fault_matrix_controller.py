@@ -1,4 +1,4 @@
-"""Issue 3's fault matrix, controller level: signals in the middle of a 64-node run over real SSH, resume, a
+"""The fault matrix, controller level: signals in the middle of a 64-node run over real SSH, resume, a
 SIGKILLed controller, and a run folder that cannot be written.
 
 Rows and tests:
@@ -136,7 +136,7 @@ def _leftovers(cluster: SshCluster) -> int:
 
 
 def _until_no_leftovers(cluster: SshCluster, since: float, bound: float = 30.0) -> float:
-    """Seconds from ``since`` until no process of the interrupted nodes is left (issue 9: the node-side watcher
+    """Seconds from ``since`` until no process of the interrupted nodes is left (the node-side watcher
     ends a batch whose SSH channel closed). Fails if some are still there ``bound`` seconds after ``since``."""
     while _leftovers(cluster):
         if time.monotonic() - since > bound:

@@ -1,4 +1,4 @@
-"""Issue 3's fault matrix, SSH and node level, over real OpenSSH on loopback (and the chaos faults of
+"""The fault matrix, SSH and node level, over real OpenSSH on loopback (and the chaos faults of
 ``nvdeploy.sim.chaos`` on the fake nodes). Every address is in 127.0.0.0/8.
 
 Rows and tests:
@@ -254,7 +254,7 @@ def test_sudo_without_password_then_denied_and_the_password_never_leaks(ssh_clus
         if "refused the password" in sudo["summary"]:  # the password reached sudo, which said no
             refused.append(name)
         assert findings(node, "driver.loaded")[0]["verdict"] == "PASS"
-    # One node tried it; once rejected there, the other was not sent it (issue 9: one try per run).
+    # One node tried it; once rejected there, the other was not sent it (one try per run).
     assert len(refused) == 1, refused
     for name, node in nodes_of(data).items():
         if name not in refused:

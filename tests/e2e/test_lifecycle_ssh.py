@@ -1,4 +1,4 @@
-"""Issue 9, node side: whatever ends a node's work ends every process it started there and removes its temp folder;
+"""Node side: whatever ends a node's work ends every process it started there and removes its temp folder;
 one run per node at a time; the sudo password is tried once per run. Real sshd on loopback (127.0.0.0/8).
 
 Each node's nvidia-smi is replaced by a "stubborn" tool: it ignores SIGTERM, and starts a Python child that moves

@@ -1,4 +1,4 @@
-"""Issue 9, the batch's lifecycle without sshd: the run-wide sudo gate, the batch frames (busy, sudo not run), the
+"""The batch's lifecycle without sshd: the run-wide sudo gate, the batch frames (busy, sudo not run), the
 local transport (abort ends everything, node-side output cap with the true size, the node lock, one password
 attempt, no password in children's environment), and the SSH reader (EOF before the exit status; a bounded exec
 request) against a fake paramiko channel."""
@@ -392,7 +392,7 @@ def test_ssh_exec_request_without_reply_is_bounded_and_stdin_stays_open():
 
 
 def test_wrapper_starts_three_jobs_per_command_and_never_polls():
-    """Issue 10: per command, the script starts the command (timeout execs in the forked shell) and one capper per
+    """Per command, the script starts the command (timeout execs in the forked shell) and one capper per
     stream, as background jobs; it waits for them instead of polling with sleep."""
     specs = [CommandSpec(f"c{i}", ("echo", str(i)), 5) for i in range(5)]
     script = batch.build_script(specs, run_id="r", heartbeat_lost_s=60)

@@ -211,7 +211,7 @@ def test_gpu_the_probe_got_no_handle_for_is_error_in_each_check():
                                  "<nvidia_smi_log></nvidia_smi_log>",
                                  "<nvidia_smi_log><gpu>&bogus;</gpu></nvidia_smi_log>"])
 def test_garbled_xml_is_error_even_when_the_probe_read_every_gpu(xml):
-    """The probe's GPUs are used without reading the XML's per-GPU fields (issue 10), but an XML that does not
+    """The probe's GPUs are used without reading the XML's per-GPU fields (a fleet run's cost), but an XML that does not
     parse still makes the node ERROR unparseable, as before."""
     from nvdeploy.parse_facts import node_facts
     from nvdeploy.parsers.nvidia_smi import xml_understood

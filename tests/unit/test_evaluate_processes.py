@@ -1,4 +1,4 @@
-"""Evaluation in worker processes (issue 10: a fleet run's parse and checks on the controller's other cores).
+"""Evaluation in worker processes (a fleet run's parse and checks on the controller's other cores).
 
 The same verdicts as in the node threads, a broken pool that costs no node its verdict, workers that Ctrl-C does
 not kill and that do not outlive a run killed outright."""

@@ -1,4 +1,4 @@
-"""Hostile input (issue 3): shell metacharacters in every command template, hostile node names on disk, markup
+"""Hostile input: shell metacharacters in every command template, hostile node names on disk, markup
 in node output, and YAML built to exhaust time or memory. Each gets a clear error or is inert; never a traceback.
 """
 

@@ -213,7 +213,7 @@ def test_verdicts_with_a_profile():
 
 
 def test_pasted_fragment_verdicts_show_the_fail_and_stay_error_for_the_rest():
-    """Issue 14: a headerless piece of a dcgmi diag -r 2 table, judged: FAIL for GPU 0, ERROR for what it hides."""
+    """A headerless pasted piece of a dcgmi diag -r 2 table, judged: FAIL for GPU 0, ERROR for what it hides."""
     piece = FRAGMENTS / "dcgmi-diag-text-r2-gpu-memory-fail-gpu0-thermal-warning-no-header.txt"
     data = json.loads(parse("auto", str(piece), "--verdicts", "--profile", "h100-sxm-8x").output)
     assert data["input_format"] == "dcgmi-diag" and data["fragment"] is True

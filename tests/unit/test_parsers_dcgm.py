@@ -315,7 +315,7 @@ def test_dcgm4_text_entity_rows_and_entity_warnings() -> None:
     assert cpu.results == (DcgmResult(None, "PASS"), DcgmResult(None, "PASS", ("CPU0",)))
 
 
-# ------------------------------------------------------------------------------ pasted fragments (issue 14)
+# ------------------------------------------------------------------------------ pasted fragments
 FRAGMENTS = REAL / "fragments"
 GB10 = REAL / "dcgmi-diag-json/r1-GB10-DGX-Spark-dcgm4.2.3-580.82.09-software-fail-persistence-sram-sentinel.json"
 # file -> top-level facts, [(test name, category, [(gpu, verdict, #messages)])], message parts, warning parts

@@ -60,7 +60,7 @@ def test_detection_survives_crlf_and_bytes(path: Path) -> None:
     ("Error: unable to establish a connection to the specified host: localhost\n", None),
     ("index, name, pci.bus_id\n0, NVIDIA H100, 00000000:18:00.0\n", "nvidia-smi-csv"),
     ("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV18\t0-1\n", "nvidia-smi-topo"),
-    # pasted pieces of dcgmi diag output, without the header (issue 14)
+    # pasted pieces of dcgmi diag output, without the header
     ("|                           | Fail - GPU: 0                                  |\n", "dcgmi-diag"),
     ("| GPU Memory                | Pass                                           |\n", "dcgmi-diag"),
     ("|                           | GPU1: Fail                                     |\n", "dcgmi-diag"),

@@ -91,7 +91,7 @@ def test_one_case_per_node_and_check_with_summary_and_remediation():
 
 
 def test_the_text_writer_lays_out_and_escapes_as_elementtree_would():
-    """The suites are written as text (issue 10: ElementTree was half the reports' time at fleet scale); what
+    """The suites are written as text (ElementTree was half the reports' time at fleet scale); what
     ElementTree itself writes for the parsed document, indented as before, is the same bytes."""
     hostile = NodeResult('n"<&>\t\n', (
         Finding("kmsg.xid", Verdict.FAIL, 'Xid 79 <a href="x">&amp;</a>\tGPU\nfell off', node="n", gpu=0,

@@ -1,4 +1,4 @@
-"""run_hosts keeps a window of submitted hosts (issue 10): with every host submitted at once, nodes finishing while
+"""run_hosts keeps a window of submitted hosts: with every host submitted at once, nodes finishing while
 the main thread waited for the GIL queued up with their whole results, and a 10,000-node simulated run peaked at
 ~300 MiB. Deterministic: the runner counts, it never sleeps."""
 

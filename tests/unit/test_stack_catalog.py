@@ -1,4 +1,5 @@
-"""The checks of issue 12 in the catalog: `nvdeploy checks show ID` prints each, the levels list them."""
+"""The GPU-stack checks (containers, CUDA, MPS, power, RDMA) in the catalog: `nvdeploy checks show ID` prints each,
+the levels list them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The cheap "does this nvidia-smi XML read, with GPU sections" check (issue 10) must never say yes where the full
+"""The cheap "does this nvidia-smi XML read, with GPU sections" check must never say yes where the full
 parse says no: mutated real captures, with the constructs where expat alone and ElementTree could part ways."""
 
 from __future__ import annotations

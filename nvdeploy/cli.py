@@ -7,7 +7,6 @@ Exit codes of gate commands: 0 READY, 1 NOT_READY, 2 usage or config error, 3 IN
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -17,7 +16,7 @@ import click
 from nvdeploy import __version__
 from nvdeploy.builtin import data_dir
 from nvdeploy.commands.slurm import slurm_options
-from nvdeploy.engine import EngineOptions, Interrupted
+from nvdeploy.engine import EngineOptions
 from nvdeploy.inventory import Inventory, load_inventory
 from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.record import OutputError
@@ -125,10 +124,9 @@ def _summary_lines(nodes: list[NodeResult]) -> list[str]:
 
 
 def _install_sigterm() -> None:
-    def handler(signum: int, frame: Any) -> None:
-        raise Interrupted(143)
+    from nvdeploy.signals import install_stop_handlers
 
-    signal.signal(signal.SIGTERM, handler)
+    install_stop_handlers()
 
 
 @cli.command()

@@ -215,20 +215,9 @@ def _reservation_deadline(reservation: Any, deadline_s: Optional[float]) -> floa
 def _hangup_as_sigterm() -> Any:
     """SIGHUP (the operator's SSH session dropped) stops the run as SIGTERM does, so the scheduler is put back;
     returns the handler to restore (None: left alone, e.g. under nohup, where it is ignored)."""
-    if signal.getsignal(signal.SIGHUP) is not signal.SIG_DFL:
-        return None
+    from nvdeploy.signals import hangup_as_sigterm
 
-    def handler(signum: int, frame: Any) -> None:
-        # Whatever handles SIGTERM at this moment (the engine defers it while a result is handed on).
-        term = signal.getsignal(signal.SIGTERM)
-        if callable(term):
-            term(signal.SIGTERM, frame)
-        else:
-            from nvdeploy.engine import Interrupted
-
-            raise Interrupted(143)
-
-    return signal.signal(signal.SIGHUP, handler)
+    return hangup_as_sigterm()
 
 
 def _restore(journal: Any, client: Any, run_dir: Path, echo: Callable[[str], None]) -> None:

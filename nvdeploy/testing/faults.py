@@ -211,9 +211,11 @@ class NvdeployProcess:
 
 
 def default_sigint() -> None:
-    """For ``preexec_fn``: SIGINT at its default in the child, so a simulated Ctrl-C reaches it."""
-    # A shell starts background jobs with SIGINT ignored, and Python then keeps it ignored: reset it.
+    """For ``preexec_fn``: SIGINT and SIGHUP at their defaults in the child, so a simulated Ctrl-C or hang-up
+    reaches it."""
+    # A shell starts background jobs with SIGINT ignored, nohup ignores SIGHUP, and Python keeps both: reset them.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def _drain(stream: IO[bytes], sink: list[bytes]) -> None:

@@ -5,6 +5,8 @@ Rows and tests:
 - Ctrl-C mid-run (exit 130, finished nodes kept, reports say interrupted): test_ctrl_c_mid_run_keeps_every_finished_node
   (prints the time from the signal to exit, and to the last remote process gone: zero leftovers, polled up to 30 s)
 - SIGTERM mid-run (exit 143), then ``validate --resume RUN_DIR``: test_sigterm_then_resume_finishes_only_the_rest
+- SIGHUP mid-run (the operator's SSH session dropped): handled as SIGTERM, exit 143 with the report written:
+  test_sighup_mid_run_ends_it_as_sigterm_does
 - SIGKILL, then ``nvdeploy report RUN_DIR``: test_sigkill_then_report_rebuilds_from_the_journal
 - report folder not writable: test_report_folder_not_writable_is_exit_2
 - disk full while writing evidence: test_disk_full_while_writing_evidence_is_exit_2_and_nothing_looks_complete
@@ -200,6 +202,20 @@ def test_sigterm_then_resume_finishes_only_the_rest(cluster64, tmp_path):
     resume = [r for r in records if r.get("type") == "resume"]
     assert resume and sorted(resume[-1]["nodes"]) == sorted(SLOW)
     assert "interrupted" not in (run_dir / "report.html").read_text().lower().split("</header>")[0]
+
+
+@pytest.mark.timeout(240)
+def test_sighup_mid_run_ends_it_as_sigterm_does(cluster64, tmp_path):
+    prepare(cluster64, slow=True)
+    process, run_dir = start(cluster64, tmp_path)
+    signalled = time.monotonic()
+    process.send_signal(signal.SIGHUP)
+    run = process.wait(60)
+    _until_no_leftovers(cluster64, signalled)
+    assert run.rc == 143, run.stderr  # at its default, SIGHUP killed the run with no report (rc -1)
+    assert "Traceback" not in run.stderr
+    assert_interrupted_run(run_dir, json.loads((run_dir / "results.json").read_text()))
+    assert "--resume" in run.stdout + run.stderr
 
 
 @pytest.mark.timeout(240)

@@ -6,6 +6,7 @@ Exit codes of gate commands: 0 READY, 1 NOT_READY, 2 usage or config error, 3 IN
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ import click
 from nvdeploy import __version__
 from nvdeploy.builtin import data_dir
 from nvdeploy.commands.slurm import slurm_options
+from nvdeploy.commands.state import state_dir, state_dir_option
 from nvdeploy.engine import EngineOptions
 from nvdeploy.inventory import Inventory, load_inventory
 from nvdeploy.profiles import ProfileCatalog
@@ -138,9 +140,11 @@ def _install_sigterm() -> None:
 @click.option("--forks", default=64, show_default=True, type=click.IntRange(1, 1024), help="Nodes checked at once.")
 @click.option("--deadline", type=click.FloatRange(min=1), default=None,
               help="Global deadline in seconds: no node starts after it; running commands stop at it.")
-@click.option("--out", "out_base", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
-              show_default=True, help="Base folder; the run goes to OUT/<cluster>/<run-id>/.")
+@state_dir_option()
 @click.option("--fail-on-warn", is_flag=True, help="Treat WARN as NOT_READY.")
+@click.option("--waivers", "waivers_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="YAML of accepted findings (check, nodes, gpus, until, owner, reason): shown WAIVED, not counted "
+              "in the exit status until their date.")
 @click.option("--level", type=click.Choice(["quick", "standard", "full"]), default="quick", show_default=True,
               help="How deep to check: quick (seconds per node), standard (+ DCGM r2, single-node NCCL), "
               "full (+ DCGM r3, multi-node NCCL, IB). playbooks/validate.yaml lists the checks of each.")
@@ -156,7 +160,7 @@ def _install_sigterm() -> None:
 @click.option("--nccl-pattern", type=click.Choice(["bisect", "all", "pairwise"]), default="bisect",
               show_default=True, help="Multi-node nccl-tests (level full): all nodes at once, splitting a low set "
               "until the bad node is named (bisect); all at once only; or disjoint pairs in parallel rounds.")
-@click.option("--no-history", is_flag=True, help="Do not record the run in <out>/history.sqlite.")
+@click.option("--no-history", is_flag=True, help="Do not record the run in the state folder's history.sqlite.")
 @click.option("--allow-busy", is_flag=True, help="Run the heavy tests (standard/full) even on nodes where GPU compute "
               "processes run; without it those tests are ERROR busy there, naming the processes.")
 @click.option("--eval-processes", type=click.IntRange(0, 64), default=None, metavar="N",
@@ -172,12 +176,12 @@ def _install_sigterm() -> None:
               "status line on a terminal, nothing in a pipe or with -q.")
 @slurm_options
 def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Optional[str], forks: int,
-             deadline: Optional[float], out_base: Path, fail_on_warn: bool, level: str, connect_timeout: float,
-             accept_new_host_keys: bool, ask_sudo_pass: bool, baseline: Optional[Path],
+             deadline: Optional[float], out_base: Optional[Path], fail_on_warn: bool, level: str,
+             connect_timeout: float, accept_new_host_keys: bool, ask_sudo_pass: bool, baseline: Optional[Path],
              prometheus_file: Optional[Path], nccl_pattern: str, no_history: bool, quiet: bool,
              progress_s: Optional[float] = None, allow_busy: bool = False, slurm: Any = None,
              eval_processes: Optional[int] = None, verbose: bool = False,
-             failed_hosts_file: Optional[Path] = None) -> None:
+             failed_hosts_file: Optional[Path] = None, waivers_file: Optional[Path] = None) -> None:
     """Validate every node of INVENTORY and write results.json, report.html and junit.xml.
 
     Exit 0 READY, 1 NOT_READY, 2 bad input, 3 INCOMPLETE (some node could not be checked), 130 interrupted.
@@ -191,6 +195,8 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
     if inventory is None:
         raise _fail("missing option -i/--inventory")
     inv, catalog = _load(inventory, limit)
+    # A resumed run stays in its own folder, and its history is the one beside it (<state>/<cluster>/<run-id>).
+    base = resume_dir.parent.parent if resume_dir is not None else state_dir(out_base).path
     try:
         checks = load_levels()[level]
     except ConfigError as exc:
@@ -203,6 +209,8 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
                             accept_new_host_keys=accept_new_host_keys, sudo_password=password, checks=checks,
                             multinode_pattern=nccl_pattern, allow_busy=allow_busy, eval_processes=eval_processes,
                             progress=progress_for(sys.stderr, quiet, progress_s))
+    if waivers_file is not None:
+        options = dataclasses.replace(options, waivers=tuple(_waivers(waivers_file)))
     _install_sigterm()
     plan = None
     if resume_dir is not None:
@@ -227,16 +235,31 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
         else:
             from nvdeploy.commands.slurm import validate_with_slurm
 
-            outcome = validate_with_slurm(inv, catalog, options, out_base, fail_on_warn, level, slurm,
+            outcome = validate_with_slurm(inv, catalog, options, base, fail_on_warn, level, slurm,
                                           lambda text: click.echo(_terminal_safe(text), err=True))
     except (OutputError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from None
-    diff_text = _after_run(outcome, baseline, prometheus_file,
-                           None if no_history else (resume_dir.parent.parent if resume_dir else out_base))
+    diff_text = _after_run(outcome, baseline, prometheus_file, None if no_history else base)
     from nvdeploy.commands.run_end import print_run_end
 
     print_run_end(outcome, diff_text, quiet, verbose, failed_hosts_file, _terminal_safe)
     raise click.exceptions.Exit(outcome.exit_code)
+
+
+def _waivers(path: Path) -> list[Any]:
+    """The waivers of ``path`` (a malformed one: exit 2 naming file and line); an expired one is an error line on
+    stderr naming its file and line, and waives nothing (its findings count again)."""
+    from nvdeploy.checks import CHECKS
+    from nvdeploy.checks.registry import CLUSTER_CHECKS
+    from nvdeploy.waivers import expired, load_waivers, today_utc
+
+    try:
+        waivers = load_waivers(path, set(CHECKS) | set(CLUSTER_CHECKS))
+    except ConfigError as exc:
+        raise _fail(exc.render()) from None
+    for line in expired(waivers, today_utc()):
+        click.echo(f"nvdeploy: error: {_terminal_safe(line)}", err=True)
+    return waivers
 
 
 @cli.command()
@@ -276,41 +299,6 @@ def inventory_list(inventory: str, limit: Optional[str]) -> None:
     for host in inv.hosts:
         faults = f" faults={','.join(host.faults)}" if host.faults else ""
         click.echo(f"{host.name}\t{host.connection}\t{host.address}\t{host.profile}{faults}")
-
-
-@cli.group("checks")
-def checks_group() -> None:
-    """The check catalog."""
-
-
-@checks_group.command("list")
-def checks_list() -> None:
-    from nvdeploy.checks import CHECKS
-
-    for check in CHECKS.values():
-        first = check.doc.splitlines()[0] if check.doc else ""
-        click.echo(f"{check.id:24} {first}")
-
-
-@checks_group.command("show")
-@click.argument("check_id")
-def checks_show(check_id: str) -> None:
-    from nvdeploy.checks import CHECKS
-    from nvdeploy.checks.registry import CLUSTER_CHECKS
-
-    if check_id in CLUSTER_CHECKS and check_id not in CHECKS:
-        # Cluster-stage checks (nccl.multinode, rdma.gpudirect, power.budget ...) run after the nodes.
-        click.echo(f"{check_id}  (cluster stage)\n\n{CLUSTER_CHECKS[check_id]}")
-        return
-    if check_id not in CHECKS:
-        raise _fail(f"unknown check {check_id!r} (see 'nvdeploy checks list')")
-    check = CHECKS[check_id]
-    click.echo(f"{check.id}  (collectors: {', '.join(check.collectors) or 'none'})\n\n{check.doc}")
-    from nvdeploy.checks.heavy_gate import HEAVY_RULE
-    from nvdeploy.collect import COLLECTORS
-
-    if any(COLLECTORS[c].heavy for c in check.collectors if c in COLLECTORS):
-        click.echo(f"\n{HEAVY_RULE}")
 
 
 def _register_commands() -> None:

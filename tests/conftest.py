@@ -50,3 +50,13 @@ def ctrl_c_reaches_main():
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def state_dir_outside_home(tmp_path_factory: pytest.TempPathFactory):
+    """A command run from a folder without ./reports keeps its runs in $XDG_STATE_HOME/nvdeploy: in the tests that
+    is a temporary folder, never the real home; an operator's NVDEPLOY_STATE_DIR does not reach the tests."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("xdg-state")))
+        patch.delenv("NVDEPLOY_STATE_DIR", raising=False)
+        yield

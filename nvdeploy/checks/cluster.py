@@ -20,18 +20,19 @@ VERSION_CONSISTENCY = (
 )
 # Which node output each version is read from, for the catalog's text.
 _VERSION_FROM = {
-    "driver_version": "``nvidia-smi -q -x`` (driver.loaded)",
-    "cuda_version": "``nvidia-smi -q -x`` (the CUDA version the driver supports)",
-    "dcgm_version": "``dcgmi --version`` (system.versions)",
-    "nccl_version": "nccl-tests' ``NCCL_DEBUG=VERSION`` line (nccl.all_reduce, when it ran)",
-    "ofed_version": "``ofed_info -s`` (system.versions)",
-    "fabricmanager_version": "``nv-fabricmanager --version`` (fabric.manager, NVSwitch SKUs)",
+    "driver_version": "``nvidia-smi -q -x``, as driver.loaded reads it",
+    "cuda_version": "``nvidia-smi -q -x``: the CUDA version the driver supports",
+    "dcgm_version": "``dcgmi --version``, as system.versions reads it",
+    "nccl_version": "nccl-tests' ``NCCL_DEBUG=VERSION`` line, when nccl.all_reduce ran",
+    "ofed_version": "``ofed_info -s``, as system.versions reads it",
+    "fabricmanager_version": "``nv-fabricmanager --version`` on NVSwitch SKUs, as fabric.manager reads it",
 }
 
 
 def _consistency_doc(key: str, what: str) -> str:
-    return (f"Runs nothing on the nodes: after every node's own checks, compares the {what} version each node "
-            f"reported, read from {_VERSION_FROM[key]}. PASS: every node that reports it reports the same version. "
+    return (f"Every node that reports a {what} version reports the same one, read from {_VERSION_FROM[key]}. "
+            f"It runs nothing on the nodes: it compares what they reported, after their own checks. "
+            f"PASS: one version on every node that reports it. "
             f"FAIL (REINSTALL) on each node whose version differs from the majority (on a tie, on every node), "
             f"with a cluster finding that shows the folded histogram (``gpu[001-127]: 550.54.15 | gpu128: "
             f"535.104.05``). Nodes that do not report it are left to their own checks; fewer than two nodes "

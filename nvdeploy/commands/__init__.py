@@ -16,4 +16,4 @@ def register_all(cli: click.Group) -> None:
 
 
 # One entry per module in this package, e.g. "parse" for nvdeploy/commands/parse.py.
-MODULES: list[str] = ["probe", "diff", "history", "parse", "deploy", "size", "node_check", "slurm"]
+MODULES: list[str] = ["probe", "diff", "history", "parse", "deploy", "size", "node_check", "slurm", "checks"]

@@ -9,11 +9,11 @@ Exit codes as for validate: 0 every node done (READY), 1 a step failed or a chec
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any, Callable
 
 import click
 
+from nvdeploy.commands.state import state_dir, state_dir_option
 from nvdeploy.results import NodeResult
 
 
@@ -25,9 +25,9 @@ def _common(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--dry-run", is_flag=True,
                      help="Probe only: print per node every change and command that would run; change nothing."),
         click.option("--serial", default=None,
-                     help="Rolling batches: N nodes or N%% of them at a time (default: all at once)."),
+                     help="Rolling batches: N nodes or N% of them at a time (default: all at once)."),
         click.option("--max-fail-percent", type=click.FloatRange(0, 100), default=None,
-                     help="Stop the rollout after a batch in which more than this %% of nodes failed; the rest are "
+                     help="Stop the rollout after a batch in which more than this % of nodes failed; the rest are "
                      "NOT_RUN."),
         click.option("--tags", default="", help="Only the steps with one of these tags (comma-separated)."),
         click.option("--skip-tags", default="", help="Skip the steps with any of these tags."),
@@ -36,8 +36,7 @@ def _common(function: Callable[..., Any]) -> Callable[..., Any]:
                      help="Nodes worked on at once within a batch."),
         click.option("--deadline", type=click.FloatRange(min=1), default=None,
                      help="Global deadline in seconds: no step starts after it."),
-        click.option("--out", "out_base", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"),
-                     show_default=True, help="Base folder; the run goes to OUT/<cluster>/<run-id>/."),
+        state_dir_option(),
         click.option("--connect-timeout", type=click.FloatRange(min=0.5), default=10.0, show_default=True),
         click.option("--accept-new-host-keys", is_flag=True,
                      help="Learn unknown SSH host keys; a changed key is refused."),
@@ -85,6 +84,7 @@ def _execute(phase: str, kw: dict[str, Any], call: Callable[..., Any]) -> None:
     from nvdeploy.yamlfile import ConfigError
 
     inv, catalog = _load(kw["inventory"], kw["limit"])
+    kw["out_base"] = state_dir(kw["out_base"]).path
     options = _options(kw)
     quiet = kw["quiet"]
     if not quiet:
@@ -191,21 +191,24 @@ def run_command(continue_on_fail: bool, allow_busy: bool, **kw: Any) -> None:
 
 @click.group("actions")
 def actions_group() -> None:
-    """The actions playbook steps can use."""
+    """The actions playbook steps can use (install, optimize and run playbooks)."""
 
 
 @actions_group.command("list")
 def actions_list() -> None:
+    """Every action: whether it changes the node or only reads it, and its first sentence."""
     from nvdeploy.actions import ACTIONS
+    from nvdeploy.commands.checks import first_sentence, plain
 
     for action in ACTIONS.values():
-        first = (action.__doc__ or "").strip().splitlines()[0] if action.__doc__ else ""
+        first = plain(first_sentence(action.__doc__ or ""))
         click.echo(f"{action.name:20} {'changes' if action.mutates else 'reads  '}  {first}")
 
 
 @actions_group.command("show")
 @click.argument("name")
 def actions_show(name: str) -> None:
+    """What action NAME does, whether it changes the node, and its parameters with their defaults."""
     import inspect
 
     from nvdeploy.actions import ACTIONS

@@ -14,17 +14,18 @@ from typing import Optional
 
 import click
 
+from nvdeploy.commands.state import state_dir, state_dir_option
 from nvdeploy.diff import compare_runs, render_diff_text
 from nvdeploy.history import DB_NAME, HistoryError, list_runs
 from nvdeploy.runs import RunLoadError, load_run
 
 
-def resolve_run(value: str, db: Optional[Path]) -> Path:
-    """A run folder, or a run id looked up in the history database."""
+def resolve_run(value: str, db: Optional[Path], state: Optional[Path] = None) -> Path:
+    """A run folder, or a run id looked up in the history database (``db``, else the state folder's)."""
     path = Path(value)
     if path.exists():
         return path
-    candidates = [db] if db is not None else [Path("reports") / DB_NAME]
+    candidates = [db] if db is not None else [state_dir(state).path / DB_NAME]
     for candidate in candidates:
         if candidate is None or not candidate.is_file():
             continue
@@ -35,7 +36,8 @@ def resolve_run(value: str, db: Optional[Path]) -> Path:
         for run in runs:
             if run["run_id"] == value:
                 return Path(run["run_dir"])
-    raise click.BadParameter(f"{value}: no such run folder (nor a run id in the history)", param_hint="RUN")
+    raise click.BadParameter(f"{value}: no such run folder (nor a run id in the history {candidates[0]})",
+                             param_hint="RUN")
 
 
 @click.command("diff")
@@ -44,9 +46,11 @@ def resolve_run(value: str, db: Optional[Path]) -> Path:
 @click.option("--tolerance", "tolerance_pct", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="Percent a measured value may get worse (bandwidth lower, latency higher) before it is reported.")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="History database to resolve run ids in (default: reports/history.sqlite).")
+              help=f"History database to resolve run ids in (default: the state folder's {DB_NAME}).")
+@state_dir_option("state")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-def diff_command(run_a: str, run_b: str, tolerance_pct: float, db: Optional[Path], as_json: bool) -> None:
+def diff_command(run_a: str, run_b: str, tolerance_pct: float, db: Optional[Path], as_json: bool,
+                 state: Optional[Path] = None) -> None:
     """Compare RUN_B against the baseline RUN_A (run folders, or run ids from the history).
 
     Shows new failures, fixed nodes, nodes added or gone, version drift (driver, CUDA, DCGM, NCCL, firmware)
@@ -54,8 +58,8 @@ def diff_command(run_a: str, run_b: str, tolerance_pct: float, db: Optional[Path
     nothing got worse, 1 something did, 3 nothing got worse but checks were not re-checked, 2 bad input.
     """
     try:
-        base = load_run(resolve_run(run_a, db))
-        new = load_run(resolve_run(run_b, db))
+        base = load_run(resolve_run(run_a, db, state))
+        new = load_run(resolve_run(run_b, db, state))
     except RunLoadError as exc:
         click.echo(f"nvdeploy: error: {exc}", err=True)
         raise click.exceptions.Exit(2) from None

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import click
 
+from nvdeploy.commands.state import state_dir, state_dir_option, where
 from nvdeploy.history import (
     DB_NAME,
     HistoryError,
@@ -23,8 +24,7 @@ from nvdeploy.history import (
     rebuild_history,
 )
 from nvdeploy.hostrange import fold
-
-DEFAULT_OUT = Path("reports")
+from nvdeploy.statedir import ENV_VAR
 
 
 def _fail(message: str) -> click.exceptions.Exit:
@@ -92,14 +92,16 @@ def _print_check(check: str, rows: list[dict[str, Any]]) -> None:
 @click.option("--since", default=None, help="Only runs started on or after this date (YYYY-MM-DD).")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the last N runs (run list).")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help=f"The history database (default: reports/{DB_NAME}).")
+              help=f"The history database (default: the state folder's {DB_NAME}).")
+@state_dir_option("state")
 @click.pass_context
 def history_group(ctx: click.Context, node: Optional[str], check_id: Optional[str], cluster: Optional[str],
-                  since: Optional[str], limit: Optional[int], db: Optional[Path]) -> None:
+                  since: Optional[str], limit: Optional[int], db: Optional[Path], state: Optional[Path]) -> None:
     """Runs recorded in the history, or a node's / a check's record over time."""
     if ctx.invoked_subcommand is not None:
         return
-    path = db or default_db_path(DEFAULT_OUT)
+    chosen = None if db else state_dir(state)
+    path = db or default_db_path(chosen.path if chosen else Path())
     try:
         if node:
             _print_node(node, check_id, node_record(path, node, check_id, cluster, since))
@@ -108,19 +110,27 @@ def history_group(ctx: click.Context, node: Optional[str], check_id: Optional[st
         else:
             _print_runs(list_runs(path, cluster, since, limit))
     except HistoryError as exc:
-        raise _fail(str(exc)) from None
+        # Which rule chose the folder: a history "missing" from another folder is usually another state folder.
+        hint = (f"; looked in {where(chosen)}: pass --state-dir DIR or set ${ENV_VAR} to read another"
+                if chosen else "")
+        raise _fail(f"{exc}{hint}") from None
 
 
 @history_group.command("rebuild")
-@click.option("--out", "out_base", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_OUT,
-              show_default=True, help="The reports folder holding <cluster>/<run-id>/ run folders.")
+@state_dir_option()
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help=f"The database to rebuild (default: OUT/{DB_NAME}).")
+              help=f"The database to rebuild (default: DIR/{DB_NAME}).")
 @click.option("--prune", is_flag=True, help="Also drop runs whose folder no longer exists.")
-def history_rebuild(out_base: Path, db: Optional[Path], prune: bool) -> None:
-    """Recreate the history database from the run folders under OUT (deleting the database loses no run)."""
+@click.pass_context
+def history_rebuild(ctx: click.Context, out_base: Optional[Path], db: Optional[Path], prune: bool) -> None:
+    """Recreate the history database from the run folders under the state folder (deleting the database loses
+    no run)."""
+    # ``nvdeploy history --state-dir DIR rebuild`` names the folder as well as ``history rebuild --state-dir DIR``.
+    parent = ctx.parent.params.get("state") if ctx.parent is not None else None
+    chosen = state_dir(out_base or parent)
+    out_base = chosen.path
     if not out_base.is_dir():
-        raise _fail(f"{out_base}: no such reports folder")
+        raise _fail(f"{where(chosen)}: no such reports folder")
     path = db or default_db_path(out_base)
     try:
         outcome = rebuild_history(path, out_base, prune=prune)

@@ -30,6 +30,9 @@ def test_demo_exits_1_and_names_exactly_the_faulty_nodes(tmp_path):
 
 
 def test_builtin_inventory_by_name(tmp_path, monkeypatch):
+    # A folder with reports/ (a checkout) keeps its runs there; elsewhere they go to the state folder
+    # (tests/unit/test_cli_state_dir.py).
+    (tmp_path / "reports").mkdir()
     monkeypatch.chdir(tmp_path)
     result = invoke("validate", "-i", "demo", "--limit", "gpu001,gpu002", "-q")
     assert result.exit_code == 0, result.output

@@ -609,6 +609,8 @@ def parse_dcgm_discovery(text: str) -> DcgmDiscoveryFacts:
         cells = [c.strip() for c in line.strip("|").split("|")] if line.startswith("|") else []
         if not cells:
             continue
+        if not section and _int(cells[0]) is not None and len(cells) > 1 and _KV_CELL_RE.match(cells[1]):
+            section = "gpu"  # a pasted GPU row, without the table's header
         if cells[0] in ("GPU ID", "Switch ID", "CPU ID") or cells[0].startswith("Instance Hierarchy"):
             section = {"GPU ID": "gpu", "Switch ID": "switch"}.get(cells[0], "other")
         elif section == "switch" and cells[0]:

@@ -32,6 +32,11 @@ _I = re.IGNORECASE
 # (format, pattern): the first format with a matching pattern wins; order matters.
 _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("nvidia-smi-xml", re.compile(r"<nvidia_smi_log\b")),
+    # a pasted piece of -q -x output: a <gpu id=...> element or a GPU-level element, without the root
+    ("nvidia-smi-xml", re.compile(r"<(?:gpu\s+id\s*=|product_name>|ecc_errors>|ecc_mode>|fb_memory_usage>|"
+                                  r"(?:sram|dram)_(?:un)?correctable>|clocks_(?:event|throttle)_reasons>|"
+                                  r"retired_pages>|remapped_rows>|pci_gpu_link_info>|gpu_power_readings>|"
+                                  r"attached_gpus>)")),
     ("dcgmi-diag", re.compile(r"\"DCGM (?:GPU )?Diagnostic\"\s*:|\"test_categories\"\s*:")),
     ("dcgmi-diag", re.compile(r"^\s*\|\s*Diagnostic\s*\|\s*Result\s*\||^\s*[|+]-+\s+Deployment\s+-+[+|]"
                               r"|^Successfully ran diagnostic", _M)),
@@ -45,13 +50,21 @@ _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
                               r"pcie|diagnostic|targeted_stress|targeted_power|memory_bandwidth|nvbandwidth)\s*\|"
                               r"\s*(?:Pass|Fail|Warn|Skip)\b", _M)),
     ("dcgmi-discovery", re.compile(r"^\s*\d+\s+(?:GPUs?|NvSwitch(?:es)?)\s+found\.|^\s*\|\s*GPU ID\s*\|"
-                                   r"|^\s*\|\s*Instance Hierarchy\s*\|", _M)),
+                                   r"|^\s*\|\s*Instance Hierarchy\s*\|"
+                                   # a pasted GPU row of the table, without its header
+                                   r"|^\s*\|\s*\d{1,4}\s*\|\s*(?:Name|PCI Bus ID|Device UUID)\s*:", _M)),
     ("nccl-tests", re.compile(r"^\W{0,20}#\s*nThread\s+\d|Avg bus bandwidth\s*:|#\s+out-of-place\s+in-place"
                               r"|Test (?:NCCL|CUDA) failure|Collective test starting", _M)),
+    # result rows pasted without the header: size, count, a data type, [redop, root,] then time/algbw/busbw/#wrong
+    ("nccl-tests", re.compile(r"^(?:\[\d{1,6},\d{1,6}\]<std(?:out|err)>:|\s{0,4}\d{1,6}:)?\s{0,20}\d{1,20}\s{1,20}"
+                              r"\d{1,20}\s{1,20}(?:u?int(?:8|32|64)|half|float|double|bfloat16|fp8_e[45]m[23])\s{1,20}"
+                              r"(?:[a-z]{3,9}\s{1,20})?(?:-?\d{1,6}\s{1,20})?(?:[\d.]{1,20}\s{1,20}){3}(?:\d{1,20}|N/A)\b",
+                              _M)),
     ("ibstat", re.compile(r"^\s*CA\s+'[^']+'\s*$|^\s*hca_id\s*:|^\s*Infiniband device\s+'[^']+'\s+port", _M | _I)),
     ("kmsg", re.compile(r"NVRM: Xid\b|\bXid\s*\(PCI:|\bSXid\s*\(")),
     ("nvidia-smi-text", re.compile(r"=+\s*NVSMI LOG\s*=+|^\s*Attached GPUs\s*:|"
                                    r"NVIDIA-SMI\s+\S+\s+(?:Driver|KMD) Version:", _M)),
+    ("nvidia-smi-text", nvidia_smi.TABLE_ROW_RE),  # default-table rows without the table's title
     ("nvidia-smi-topo", re.compile(r"^\s*GPU0\b.*\b(?:CPU Affinity|NUMA Affinity|GPU\d+)\b", _M)),
     ("nvidia-smi-nvlink", re.compile(r"^\s*Link\s+\d+\s*:\s*(?:[\d.]+\s*[GMT]?B/s|<inactive>)"
                                      r"|nvlink (?:queries|information)|does not have or support nvlink", _M | _I)),

@@ -47,11 +47,19 @@ class IbDevice:
 
 @dataclass(frozen=True)
 class IbFacts:
+    """``fragment``: port blocks came before any device line (a pasted piece); they are kept under the device
+    ``UNNAMED_DEVICE``."""
+
     devices: tuple[IbDevice, ...] = ()
     warnings: tuple[str, ...] = ()
+    fragment: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"devices": [d.to_dict() for d in self.devices], "warnings": list(self.warnings)}
+        return {"devices": [d.to_dict() for d in self.devices], "warnings": list(self.warnings),
+                "fragment": self.fragment}
+
+
+UNNAMED_DEVICE = "(device not in the pasted text)"
 
 
 _CA_RE = re.compile(r"^CA\s+'([^']+)'\s*$")
@@ -147,6 +155,7 @@ def parse_ibstat(text: str) -> IbFacts:
     by_name: dict[str, _Device] = {}
     current: _Device | None = None
     port: _Port | None = None
+    fragment = False
 
     def device(name: str) -> _Device:
         if name not in by_name:
@@ -167,6 +176,9 @@ def parse_ibstat(text: str) -> IbFacts:
             current = device(status.group(1))
             port = current.port(int(status.group(2)))
             continue
+        if current is None and _PORT_RE.match(line):
+            current, fragment = device(UNNAMED_DEVICE), True
+            warnings.append("port lines before any device line (a pasted piece): kept under an unnamed device")
         if current is None:
             if len(warnings) < _MAX_WARNINGS:
                 warnings.append(f"line before any device not understood: {line[:200]!r}")
@@ -189,4 +201,4 @@ def parse_ibstat(text: str) -> IbFacts:
     for dev in devices:
         if not dev.ports and len(warnings) < _MAX_WARNINGS:
             warnings.append(f"device {dev.name} lists no ports")
-    return IbFacts(tuple(d.freeze() for d in devices), tuple(warnings))
+    return IbFacts(tuple(d.freeze() for d in devices), tuple(warnings), fragment)

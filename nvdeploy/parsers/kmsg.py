@@ -93,6 +93,9 @@ class KmsgFacts:
     # The partial first line of a log cut to its newest bytes, dropped unread (empty when none was dropped).
     dropped_first_line: str = ""
     init_failures: tuple[InitFailure, ...] = ()
+    # The log does not start at boot (no ``Linux version`` line, no ``[    0.000000]`` timestamp, no journal
+    # boot marker), or its head was cut: a piece, which cannot show that an event did not happen since boot.
+    fragment: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -103,9 +106,14 @@ class KmsgFacts:
             "warnings": list(self.warnings),
             "dropped_first_line": self.dropped_first_line,
             "init_failures": [e.to_dict() for e in self.init_failures],
+            "fragment": self.fragment,
         }
 
 
+# What only the start of a boot's kernel log prints (dmesg, journalctl -k -b, syslog): the kernel banner, the
+# first timestamp, a journal boot separator.
+_BOOT_RE = re.compile(r"\bLinux version \d|^[^\n\[]{0,80}\[\s{0,12}0\.000000\]"
+                      r"|^-- (?:Boot [0-9a-f]{8,}|Logs begin at)\b", re.MULTILINE)
 _XID_RE = re.compile(r"\bXid\s*\(\s*(?:PCI:)?(?P<pci>[^)]*?)\s*\)\s*:\s*(?P<xid>\d+)\b[,:]?\s*(?P<rest>.*)$")
 _SXID_RE = re.compile(
     r"(?:(?P<dev>nvidia-nvswitch\d*)\s*:\s*)?\bSXid\s*\(\s*(?:PCI:)?(?P<pci>[^)]*?)\s*\)\s*:\s*(?P<sxid>\d+)\b"
@@ -227,4 +235,6 @@ def parse_kmsg(text: str, partial_first_line: bool = False) -> KmsgFacts:
     counts: dict[str, int] = {}
     for event in sorted(xids, key=lambda e: e.xid):
         counts[str(event.xid)] = counts.get(str(event.xid), 0) + 1
-    return KmsgFacts(tuple(xids), counts, tuple(sxids), tuple(aers), tuple(warnings), dropped, tuple(inits))
+    fragment = bool(dropped) or partial_first_line or _BOOT_RE.search(text) is None
+    return KmsgFacts(tuple(xids), counts, tuple(sxids), tuple(aers), tuple(warnings), dropped, tuple(inits),
+                     fragment)

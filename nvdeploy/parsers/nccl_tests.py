@@ -45,7 +45,8 @@ class NcclFacts:
     (``validation: 1`` / ``check: 1``) or the command line (``-c 1``). ``max_busbw``: the largest busbw of any
     row, in- or out-of-place. ``wrong_total``: sum of the known ``#wrong`` values. ``out_of_bounds``: the
     number in "Out of bounds values : N OK|FAILED". ``complete``: at least one row and the "Avg bus bandwidth"
-    line."""
+    line. ``fragment``: result rows without the table's column header, i.e. rows pasted out of a log: the run's
+    other sizes, its ranks and its summary are not in the input."""
 
     collective: str | None = None
     nccl_version: str | None = None
@@ -59,12 +60,14 @@ class NcclFacts:
     errors: tuple[str, ...] = ()
     complete: bool = False
     warnings: tuple[str, ...] = ()
+    fragment: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"collective": self.collective, "nccl_version": self.nccl_version, "nranks": self.nranks,
                 "validation": self.validation, "rows": [r.to_dict() for r in self.rows], "avg_busbw": self.avg_busbw,
                 "max_busbw": self.max_busbw, "wrong_total": self.wrong_total, "out_of_bounds": self.out_of_bounds,
-                "errors": list(self.errors), "complete": self.complete, "warnings": list(self.warnings)}
+                "errors": list(self.errors), "complete": self.complete, "warnings": list(self.warnings),
+                "fragment": self.fragment}
 
 
 _MPI_PREFIX_RE = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?")
@@ -74,6 +77,7 @@ _NUMBER_RE = re.compile(r"^-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?$")
 _MERGED_RE = re.compile(r"-?\d+\.\d{1,2}")
 _AVG_RE = re.compile(r"Avg bus bandwidth\s*:\s*(\S+)", re.IGNORECASE)
 _OOB_RE = re.compile(r"Out of bounds values\s*:\s*(\d{1,18})", re.IGNORECASE)
+_HEADER_RE = re.compile(r"^#\s*(?:size\s+count\b|nThread\b|\(B\)\s+\(elements\))")
 _RANK_RE = re.compile(r"^#\s*Rank\s+(\d{1,9})\b")
 _NRANKS_RE = re.compile(r"\bnranks\s+(\d{1,9})\b")
 _VERSION_RE = re.compile(r"\bNCCL version\s+(\S+)")
@@ -167,6 +171,7 @@ def parse_nccl_tests(text: str) -> NcclFacts:
     errors: list[str] = []
     backtrace: list[str] = []
     source_guess: str | None = None
+    headed = False
     for raw in text.split("\n"):
         line = _strip_prefix(raw).rstrip()
         stripped = line.strip()
@@ -197,6 +202,7 @@ def parse_nccl_tests(text: str) -> NcclFacts:
             oob_match = _OOB_RE.search(stripped)
             if oob_match:
                 oob = int(oob_match.group(1))
+            headed = headed or _HEADER_RE.match(stripped) is not None
             continue
         nranks = _NRANKS_RE.search(stripped)
         if nranks and "NCCL INFO" in stripped:
@@ -227,4 +233,4 @@ def parse_nccl_tests(text: str) -> NcclFacts:
     nranks_value = (max(ranks) + 1) if ranks else nranks_info
     return NcclFacts(collective or source_guess, version, nranks_value, validation, tuple(rows), avg,
                      max(busbws) if busbws else None, wrong_total, oob, tuple(dict.fromkeys(errors)),
-                     bool(rows) and avg is not None, tuple(warnings))
+                     bool(rows) and avg is not None, tuple(warnings), bool(rows) and not headed)

@@ -81,6 +81,9 @@ class GpuFacts:
     # (field, NVML error name) for each field the tool tried and failed to read: UNKNOWN, GPU_IS_LOST,
     # RESET_REQUIRED, NO_PERMISSION... "Not supported" is not an error: the field is just None.
     errors: tuple[tuple[str, str], ...] = ()
+    # Of a fragment (see SmiFacts.fragment) only: the fields above whose lines or tags the input printed, N/A
+    # included. Elsewhere empty: a field a whole output leaves out is one the GPU does not report.
+    shown: tuple[str, ...] = ()
 
     def error(self, name: str) -> str | None:
         """NVML's error name for field ``name`` when reading it failed; None when it was read or unsupported."""
@@ -90,6 +93,10 @@ class GpuFacts:
         out = asdict(self)
         out["clocks_event_reasons_active"] = list(self.clocks_event_reasons_active)
         out["errors"] = {name: err for name, err in self.errors}
+        if self.shown:
+            out["shown"] = list(self.shown)
+        else:
+            del out["shown"]
         return out
 
 
@@ -101,6 +108,10 @@ class SmiFacts:
     gpus: tuple[GpuFacts, ...] = ()
     warnings: tuple[str, ...] = ()
     format: str = "text"
+    # A piece of an output, not all of it: XML without its root; -q text without ``Attached GPUs``, with fewer
+    # GPU sections than that, or with '[...]' elisions; table rows without the title. What a piece does not show
+    # says nothing about the node.
+    fragment: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -372,7 +383,23 @@ def _with_errors(values: dict[str, Any], errors: list[tuple[str, str]]) -> dict[
     return values
 
 
-def _gpu_from_tree(tree: _Tree, index: int | None, bus_id: str | None) -> GpuFacts:
+_REASON_SECTIONS = (("clocks_throttle_reasons",), ("clocks_event_reasons",))
+
+
+def _shown(tree: _Tree) -> tuple[str, ...]:
+    """The GpuFacts fields whose paths ``tree`` holds, whatever their value (a fragment's GPUs only)."""
+    paths = set(tree)
+    out = [name for name, _conv, cands in _TREE_FIELDS if any(tuple(c.split("/")) in paths for c in cands)]
+    tops = {path[:2] for path in paths}
+    out.extend(f"ecc_uncorrectable_{kind}" for kind in ("volatile", "aggregate") if ("ecc_errors", kind) in tops)
+    if any(path in paths for path in _RETIRED_PENDING):
+        out.append("retired_pages_pending")
+    if any(path[:1] in _REASON_SECTIONS for path in paths):
+        out.append("clocks_event_reasons_active")
+    return tuple(out)
+
+
+def _gpu_from_tree(tree: _Tree, index: int | None, bus_id: str | None, shown: bool = False) -> GpuFacts:
     values = _extract(tree, _TREE_FIELDS)
     values["pci_bus_id"] = values["pci_bus_id"] or _clean(bus_id)
     values.update(
@@ -388,26 +415,30 @@ def _gpu_from_tree(tree: _Tree, index: int | None, bus_id: str | None) -> GpuFac
             errors.append((f"ecc_uncorrectable_{kind}", err))
     if values["retired_pages_pending"] is None and (err := _path_error(tree, *_RETIRED_PENDING)):
         errors.append(("retired_pages_pending", err))
-    reason_errors = [_error(v) for p, v in tree.items()
-                     if p[:1] in (("clocks_throttle_reasons",), ("clocks_event_reasons",))]
+    reason_errors = [_error(v) for p, v in tree.items() if p[:1] in _REASON_SECTIONS]
     if any(reason_errors):
         errors.append(("clocks_event_reasons_active", next(e for e in reason_errors if e)))
+    if shown:
+        values["shown"] = _shown(tree)
     return GpuFacts(index=index, **_with_errors(values, errors))
 
 
 def _assemble(fmt: str, driver: str | None, cuda: str | None, count: int | None,
-              sections: Sequence[tuple[_Tree, str | None]], warnings: list[str], details: bool = True) -> SmiFacts:
+              sections: Sequence[tuple[_Tree, str | None]], warnings: list[str], details: bool = True,
+              fragment: bool = False) -> SmiFacts:
     complete = count is not None and count == len(sections)
+    fragment = fragment and bool(sections)
     if count is not None and count != len(sections):
         warnings.append(f"nvidia-smi reports {count} attached GPU(s) but {len(sections)} GPU section(s) are present;"
                         " GPU index left unset")
     if details:
-        gpus = tuple(_gpu_from_tree(tree, i if complete else None, bus) for i, (tree, bus) in enumerate(sections))
+        gpus = tuple(_gpu_from_tree(tree, i if complete else None, bus, fragment)
+                     for i, (tree, bus) in enumerate(sections))
     else:  # only how many there are (see xml_understood): empty facts, never returned to a caller
         gpus = tuple(GpuFacts(index=i if complete else None) for i in range(len(sections)))
     if not gpus and driver is None and count is None:
         warnings.append("no nvidia-smi data found in input")
-    return SmiFacts(driver, cuda, count, gpus, tuple(warnings), fmt)
+    return SmiFacts(driver, cuda, count, gpus, tuple(warnings), fmt, fragment)
 
 
 # ------------------------------------------------------------------------------------------------------ XML
@@ -537,11 +568,114 @@ def _reads_with_gpus(text: str) -> bool:
     return True
 
 
+# ------------------------------------------------------------------------------------------- XML fragments
+
+_XML_ROOT_RE = re.compile(r"<nvidia_smi_log\b")
+_XML_ANY_TAG_RE = re.compile(r"<[^<>]*>")
+_XML_TAG_RE = re.compile(r"<(/?)([A-Za-z_][\w.\-]*)((?:\s+[\w.\-:]+\s*=\s*(?:\"[^\"]*\"|'[^']*'))*)\s*(/?)>")
+_XML_ATTR_RE = re.compile(r"([\w.\-:]+)\s*=\s*(?:\"([^\"]*)\"|'([^']*)')")
+_XML_ENTITIES = {"&lt;": "<", "&gt;": ">", "&quot;": '"', "&apos;": "'", "&amp;": "&"}
+# Where the GPU-level elements sit, to place a fragment that starts below <gpu> (e.g. at <volatile>).
+_GPU_PATHS: tuple[tuple[str, ...], ...] = (
+    *(tuple(c.split("/")) for _n, _c, cands in _TREE_FIELDS for c in cands),
+    *(("ecc_errors", kind, leaf) for kind in ("volatile", "aggregate")
+       for leaf in ("sram_uncorrectable", "dram_uncorrectable", "double_bit")),
+    *_RETIRED_PENDING, ("clocks_event_reasons",), ("clocks_throttle_reasons",),
+)
+
+
+def _xml_anchor(tag: str) -> tuple[str, ...] | None:
+    """The path above a GPU-level element ``tag``: () for a child of <gpu>, None when unknown or ambiguous
+    (``dram_uncorrectable`` alone could be volatile or aggregate: it is not guessed)."""
+    if any(path[0] == tag for path in _GPU_PATHS):
+        return ()
+    above = {path[:path.index(tag)] for path in _GPU_PATHS if tag in path[1:]}
+    return above.pop() if len(above) == 1 else None
+
+
+def _xml_pieces(body: str) -> ET.Element:
+    """Elements of a piece of XML, under a synthetic root, built tag by tag (no entity is ever expanded): a
+    closing tag whose opener lies before the piece wraps what came before it; elements still open at the end are
+    closed; a tag cut at either end is dropped."""
+    root = ET.Element("fragment")
+    stack = [root]
+    pos = 0
+    for match in _XML_ANY_TAG_RE.finditer(body):
+        text = body[pos:match.start()]
+        pos = match.end()
+        if len(stack) > 1 and text.strip():
+            for entity, char in _XML_ENTITIES.items():
+                text = text.replace(entity, char)
+            stack[-1].text = (stack[-1].text or "") + text
+        tag = _XML_TAG_RE.fullmatch(match.group(0))
+        if tag is None:  # a comment, a declaration, a cut tag
+            continue
+        closing, name, attrs, empty = tag.groups()
+        if not closing:
+            attrib = {m.group(1): m.group(2) if m.group(2) is not None else m.group(3)
+                      for m in _XML_ATTR_RE.finditer(attrs)}
+            element = ET.SubElement(stack[-1], name, attrib)
+            if not empty:
+                stack.append(element)
+        elif any(e.tag == name for e in stack[1:]):
+            while stack.pop().tag != name:
+                pass
+        elif len(stack) == 1 and len(root):
+            wrapper = ET.Element(name)
+            for kid in list(root):
+                root.remove(kid)
+                wrapper.append(kid)
+            root.append(wrapper)
+    return root
+
+
+def _parse_xml_fragment(body: str, warnings: list[str], details: bool) -> SmiFacts | None:
+    """A piece of ``nvidia-smi -q -x`` without its <nvidia_smi_log> root: its <gpu> elements, and GPU-level
+    elements before them (the piece began inside a <gpu>) as one GPU without index or bus id. None when it holds
+    no GPU data."""
+    root = _xml_pieces(body)
+    loose = ET.Element("gpu")
+    sections: list[tuple[_Tree, str | None]] = []
+    unplaced: list[str] = []
+    for element in root:
+        if element.tag == "gpu":
+            sections.append((_flatten_xml(element) if details else {}, element.get("id")))
+            continue
+        if element.tag in _TOP_TAGS or element.tag == "timestamp":
+            continue
+        anchor = _xml_anchor(str(element.tag).lower())
+        if anchor is None:
+            unplaced.append(str(element.tag))
+            continue
+        parent = loose
+        for name in anchor:
+            found = parent.find(name)
+            parent = found if found is not None else ET.SubElement(parent, name)
+        parent.append(element)
+    if len(loose):
+        sections.insert(0, (_flatten_xml(loose) if details else {}, None))
+    if not sections:
+        return None
+    warnings.append("input is a fragment of nvidia-smi -q -x output (no <nvidia_smi_log> root): only the GPUs "
+                    "and fields it shows are read")
+    if unplaced:
+        warnings.append(f"elements not placed in a GPU (their parent is not in the fragment): "
+                        f"{', '.join(sorted(set(unplaced))[:10])}")
+    driver = _version(root.findtext("kmd_version"), root.findtext("driver_version"))
+    cuda = _version(root.findtext("cuda_umd_version"), root.findtext("cuda_version"))
+    return _assemble("xml", driver, cuda, _int(root.findtext("attached_gpus")), sections, warnings, details,
+                     fragment=True)
+
+
 def _parse_xml(text: str, details: bool) -> SmiFacts:
     text, warnings, early = _start(text, "xml")
     if early is not None:
         return early
     body = text.strip().lstrip("\ufeff")
+    if _XML_ROOT_RE.search(body) is None:
+        piece = _parse_xml_fragment(body, list(warnings), details)
+        if piece is not None:
+            return piece
     if "<!ENTITY" in body.upper():
         body = _DOCTYPE_RE.sub("", body, count=1)
         warnings.append("DOCTYPE with entity declarations removed before parsing")
@@ -585,9 +719,9 @@ def parse_text(text: str) -> SmiFacts:
         return early
     warnings.extend(_alerts(text))
     lines = [ln.expandtabs(8).rstrip() for ln in text.split("\n")]
-    if _TABLE_HEADER_RE.search(text) or (any(ln.startswith("+-") for ln in lines)
-                                         and any(ln.startswith("|=") for ln in lines)):
-        return _parse_table(lines, warnings)
+    if _TABLE_HEADER_RE.search(text) or TABLE_ROW_RE.search(text) or (
+            any(ln.startswith("+-") for ln in lines) and any(ln.startswith("|=") for ln in lines)):
+        return _parse_table(lines, warnings, titled=_TABLE_HEADER_RE.search(text) is not None)
     top: dict[str, str] = {}
     sections: list[tuple[_Tree, str | None]] = []
     current: _Tree | None = None
@@ -630,16 +764,30 @@ def parse_text(text: str) -> SmiFacts:
             warnings.append("GPU fields without a 'GPU <bus id>' header (excerpt?); attributed to one unnamed GPU")
         else:
             sections.pop(0)
+    count = _int(top.get("attached_gpus"))
+    # -q text is pasted, never collected: without 'Attached GPUs', with fewer GPU sections than it says (a
+    # piece, or a `-i` selection) or with elisions, what it leaves out says nothing about the node.
     return _assemble("text", _version(top.get("kmd_version"), top.get("driver_version")),
-                     _version(top.get("cuda_umd_version"), top.get("cuda_version")),
-                     _int(top.get("attached_gpus")), sections, warnings)
+                     _version(top.get("cuda_umd_version"), top.get("cuda_version")), count, sections, warnings,
+                     fragment=elided or count is None or count != len(sections))
 
 
 _TABLE_GPU_RE = re.compile(r"^(\d+)\s+(.+?)\s+(On|Off)$")
+# A GPU's first or second row of the default table, recognisable without the table's title or column header.
+# Bounded repeats: a hostile long line must not make the search quadratic.
+TABLE_ROW_RE = re.compile(
+    r"^\|\s{1,8}\d{1,4}\s+\S[^|\n]{0,80}?\s(?:On|Off)\s{1,8}\|\s{1,8}[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}"
+    r"\.[0-9A-Fa-f]\s{1,8}(?:On|Off)\s{1,8}\|"
+    r"|^\|\s{0,8}(?:\d{1,3}%|N/A|ERR!)\s{1,8}-?\d{1,3}C\s{1,8}\S{1,6}\s[^|\n]{0,40}?\d{1,5}W\s{0,8}/\s{0,8}\d{1,5}W"
+    r"\s{0,8}\|\s{0,12}\d{1,7}MiB\s{0,8}/\s{0,8}\d{1,7}MiB\s{0,8}\|", re.MULTILINE)
+_TABLE_KEYS = ("name", "persistence_mode", "pci_bus_id", "ecc_uncorrectable_volatile", "temperature_c",
+               "power_limit_w", "memory_total_mib", "mig_mode")
 
 
-def _parse_table(lines: list[str], warnings: list[str]) -> SmiFacts:
-    """The default ``nvidia-smi`` box table (79- and 89-column layouts); MIG and process tables are skipped."""
+def _parse_table(lines: list[str], warnings: list[str], titled: bool = True) -> SmiFacts:
+    """The default ``nvidia-smi`` box table (79- and 89-column layouts); MIG and process tables are skipped.
+    Rows without the ``NVIDIA-SMI ... Version:`` title (``titled`` False) are a pasted piece: the node may have
+    more GPUs than it shows, so no count is taken from it."""
     driver = cuda = None
     rows: list[dict[str, Any]] = []
     current: dict[str, Any] | None = None
@@ -666,8 +814,8 @@ def _parse_table(lines: list[str], warnings: list[str]) -> SmiFacts:
             rows.append(current)
             bus = _BUS_ID_RE.search(cells[1]) if len(cells) > 1 else None
             current["pci_bus_id"] = bus.group(1) if bus else None
-            if len(cells) > 2 and cells[2].isdigit():
-                current["ecc_uncorrectable_volatile"] = int(cells[2])
+            if len(cells) > 2 and (cells[2].isdigit() or not titled):
+                current["ecc_uncorrectable_volatile"] = _int(cells[2])
             if current["name"].endswith("..."):
                 warnings.append(f"GPU {current['index']} name truncated by the table layout: {current['name']!r}")
             continue
@@ -683,10 +831,17 @@ def _parse_table(lines: list[str], warnings: list[str]) -> SmiFacts:
                 current["memory_total_mib"] = int(m.group(1))
         elif current["row"] == 3 and len(cells) > 2:
             current["mig_mode"] = _bool(cells[2])
-    gpus = tuple(GpuFacts(**{k: v for k, v in r.items() if k != "row"}) for r in rows)
+    if titled:
+        gpus = tuple(GpuFacts(**{k: v for k, v in r.items() if k != "row"}) for r in rows)
+    else:  # what each row printed is what the fragment shows (N/A included)
+        gpus = tuple(GpuFacts(**{k: v for k, v in r.items() if k != "row"},
+                              shown=tuple(k for k in _TABLE_KEYS if k in r)) for r in rows)
     if not gpus:
         warnings.append("nvidia-smi table without GPU rows")
-    return SmiFacts(driver, cuda, len(gpus) if gpus else None, gpus, tuple(warnings), "text")
+    elif not titled:
+        warnings.append("nvidia-smi table rows without the table's title: a fragment; GPU count unknown")
+    count = len(gpus) if gpus and titled else None
+    return SmiFacts(driver, cuda, count, gpus, tuple(warnings), "text", bool(gpus) and not titled)
 
 
 # ---------------------------------------------------------------------------------------------- --version

@@ -69,7 +69,12 @@ def test_detection_survives_crlf_and_bytes(path: Path) -> None:
     ('{"gpu_ids" : "0,1", "status" : "Pass"}', "dcgmi-diag"),
     ('{"status": "ok", "entity_id": 4}', None),  # some other tool's JSON
     ("| Name | Pass |\n", None),
-    ("|   0  NVIDIA A100-SXM4-80GB          On  | 00000000:07:00.0 Off |                    0 |\n", None),
+    # a default-table GPU row without the table's title: read as a fragment (no GPU count taken from it)
+    ("|   0  NVIDIA A100-SXM4-80GB          On  | 00000000:07:00.0 Off |                    0 |\n", "nvidia-smi-text"),
+    # nccl-tests result rows without the header; XML without its root
+    ("  1073741824     268435456     float     sum      -1   8109.1  132.41  231.72      0   8109.7  132.40  231.70"
+     "      0\n", "nccl-tests"),
+    ("<ecc_errors>\n<volatile>\n<dram_uncorrectable>2</dram_uncorrectable>\n</volatile>\n", "nvidia-smi-xml"),
 ])
 def test_synthetic_inputs(text: str, expected: str | None) -> None:
     assert detect_format(text) == expected

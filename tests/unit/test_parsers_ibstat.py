@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from nvdeploy.parsers.ibstat import IbFacts, IbPort, parse_ibstat
+from nvdeploy.parsers.ibstat import UNNAMED_DEVICE, IbFacts, IbPort, parse_ibstat
 
 IB_DIR = Path(__file__).parent.parent / "fixtures" / "real" / "ibstat"
 ACTIVE_IB = {"state": "Active", "physical_state": "LinkUp", "link_layer": "InfiniBand"}
@@ -146,12 +146,18 @@ def test_ibstatus_down_port_and_multi_port_ibstat() -> None:
     assert [(p.port, p.state) for p in facts.devices[1].ports] == [(1, "Active"), (2, "Armed")]
 
 
-@pytest.mark.parametrize("text", ["", "\x00\x00", "ibstat: command not found\n", "\ufffd\ufffd\n",
-                                  "Port 1:\n\tState: Active\n"])
+@pytest.mark.parametrize("text", ["", "\x00\x00", "ibstat: command not found\n", "\ufffd\ufffd\n"])
 def test_bad_input_gives_no_devices_and_warns(text: str) -> None:
     facts = parse_ibstat(text)
     assert facts.devices == ()
     assert facts.warnings
+
+
+def test_port_lines_before_any_device_are_a_pasted_piece() -> None:
+    facts = parse_ibstat("Port 1:\n\tState: Down\n\tLink layer: InfiniBand\n")
+    assert facts.fragment is True and facts.warnings
+    assert [(d.name, [(p.port, p.state) for p in d.ports]) for d in facts.devices] == [(UNNAMED_DEVICE, [(1, "Down")])]
+    assert parse_ibstat("CA 'mlx5_0'\n\tPort 1:\n\t\tState: Active\n").fragment is False
 
 
 def test_device_without_ports_warns() -> None:

@@ -29,7 +29,7 @@ class StateDirError(Exception):
 
 @dataclass(frozen=True)
 class StateDir:
-    """The state folder and the rule that chose it, for messages (``from $NVDEPLOY_STATE_DIR``)."""
+    """The state folder and the rule that chose it, for messages (``$NVDEPLOY_STATE_DIR``)."""
 
     path: Path
     source: str
@@ -47,11 +47,12 @@ def resolve_state_dir(option: Optional[Path] = None, environ: Optional[Mapping[s
     here = Path.cwd() if cwd is None else cwd
     if (here / CHECKOUT_FOLDER).is_dir():
         # Relative, as before: reports and messages keep saying reports/<cluster>/... in a checkout.
-        return StateDir(Path(CHECKOUT_FOLDER) if cwd is None else here / CHECKOUT_FOLDER, f"./{CHECKOUT_FOLDER}")
+        return StateDir(Path(CHECKOUT_FOLDER) if cwd is None else here / CHECKOUT_FOLDER,
+                        f"./{CHECKOUT_FOLDER} in the current folder")
     xdg = env.get("XDG_STATE_HOME", "").strip()
     # The specification: a relative XDG_STATE_HOME is invalid and is ignored.
     if xdg and os.path.isabs(xdg):
-        return StateDir(Path(xdg) / "nvdeploy", "$XDG_STATE_HOME/nvdeploy")
+        return StateDir(Path(xdg) / "nvdeploy", "$XDG_STATE_HOME")
     home = env.get("HOME", "").strip()
     if not home:
         try:
@@ -61,7 +62,8 @@ def resolve_state_dir(option: Optional[Path] = None, environ: Optional[Mapping[s
     if not home or not os.path.isabs(home):
         raise StateDirError(f"no state folder: set --state-dir DIR or ${ENV_VAR} (no ./{CHECKOUT_FOLDER} here, "
                             "no XDG_STATE_HOME and no home folder)")
-    return StateDir(Path(home) / ".local" / "state" / "nvdeploy", "~/.local/state/nvdeploy")
+    return StateDir(Path(home) / ".local" / "state" / "nvdeploy",
+                    f"the default: no ./{CHECKOUT_FOLDER} here, no $XDG_STATE_HOME")
 
 
 STATE_DIR_HELP = (f"Where runs and the history live: runs in DIR/<cluster>/<run-id>/, the history in "

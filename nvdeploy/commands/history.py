@@ -111,8 +111,7 @@ def history_group(ctx: click.Context, node: Optional[str], check_id: Optional[st
             _print_runs(list_runs(path, cluster, since, limit))
     except HistoryError as exc:
         # Which rule chose the folder: a history "missing" from another folder is usually another state folder.
-        hint = (f"; looked in {where(chosen)}: pass --state-dir DIR or set ${ENV_VAR} to read another"
-                if chosen else "")
+        hint = f"; {where(chosen)}: pass --state-dir DIR or set ${ENV_VAR} to read another" if chosen else ""
         raise _fail(f"{exc}{hint}") from None
 
 
@@ -130,7 +129,7 @@ def history_rebuild(ctx: click.Context, out_base: Optional[Path], db: Optional[P
     chosen = state_dir(out_base or parent)
     out_base = chosen.path
     if not out_base.is_dir():
-        raise _fail(f"{where(chosen)}: no such reports folder")
+        raise _fail(f"{where(chosen)} does not exist: no run folder to record")
     path = db or default_db_path(out_base)
     try:
         outcome = rebuild_history(path, out_base, prune=prune)

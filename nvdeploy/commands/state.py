@@ -28,5 +28,5 @@ def state_dir(option: Optional[Path]) -> StateDir:
 
 
 def where(chosen: StateDir) -> str:
-    """``reports (./reports)``: the folder and the rule that chose it, for messages about a missing history."""
-    return f"{chosen.path} (state folder from {chosen.source})"
+    """``the state folder /x (from $NVDEPLOY_STATE_DIR)``: the folder and the rule that chose it, for messages."""
+    return f"the state folder {chosen.path} (from {chosen.source})"

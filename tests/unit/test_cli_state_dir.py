@@ -118,7 +118,7 @@ def test_history_without_a_database_names_the_folder_and_the_rule(places):
     result = invoke("history")
     assert result.exit_code == 2
     assert str(places["xdg"] / "nvdeploy" / "history.sqlite") in result.output
-    assert "$XDG_STATE_HOME/nvdeploy" in result.output and "--state-dir" in result.output
+    assert "(from $XDG_STATE_HOME)" in result.output and "--state-dir" in result.output
     assert "NVDEPLOY_STATE_DIR" in result.output
 
 

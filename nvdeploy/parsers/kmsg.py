@@ -114,6 +114,7 @@ class KmsgFacts:
 # first timestamp, a journal boot separator.
 _BOOT_RE = re.compile(r"\bLinux version \d|^[^\n\[]{0,80}\[\s{0,12}0\.000000\]"
                       r"|^-- (?:Boot [0-9a-f]{8,}|Logs begin at)\b", re.MULTILINE)
+_BOOT_HEAD = 8192
 _XID_RE = re.compile(r"\bXid\s*\(\s*(?:PCI:)?(?P<pci>[^)]*?)\s*\)\s*:\s*(?P<xid>\d+)\b[,:]?\s*(?P<rest>.*)$")
 _SXID_RE = re.compile(
     r"(?:(?P<dev>nvidia-nvswitch\d*)\s*:\s*)?\bSXid\s*\(\s*(?:PCI:)?(?P<pci>[^)]*?)\s*\)\s*:\s*(?P<sxid>\d+)\b"
@@ -235,6 +236,8 @@ def parse_kmsg(text: str, partial_first_line: bool = False) -> KmsgFacts:
     counts: dict[str, int] = {}
     for event in sorted(xids, key=lambda e: e.xid):
         counts[str(event.xid)] = counts.get(str(event.xid), 0) + 1
-    fragment = bool(dropped) or partial_first_line or _BOOT_RE.search(text) is None
+    # Only the head is searched: a log from boot starts with its banner (the whole text would cost a third of a
+    # fleet node's kernel-log parse).
+    fragment = bool(dropped) or partial_first_line or _BOOT_RE.search(text, 0, _BOOT_HEAD) is None
     return KmsgFacts(tuple(xids), counts, tuple(sxids), tuple(aers), tuple(warnings), dropped, tuple(inits),
                      fragment)

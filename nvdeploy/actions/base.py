@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Optional, Sequence
 
+from nvdeploy.actions.osinfo import OS_READS, os_facts
 from nvdeploy.inventory import Host
 from nvdeploy.profiles import Profile
 from nvdeploy.results import CommandResult, ErrorReason
@@ -264,8 +265,6 @@ class ActionContext:
     def os_family(self) -> str:
         """apt or dnf, detecting the OS on first use (the os.detect step makes it explicit)."""
         if "os_family" not in self.facts:
-            from nvdeploy.actions.system import detect_os
-
             detect_os(self)
         family = self.facts.get("os_family")
         if family not in ("apt", "dnf"):
@@ -287,6 +286,17 @@ def failure_reason(result: CommandResult) -> Optional[ErrorReason]:
     if any(marker in result.err_text for marker in SUDO_ERRORS) and result.command.startswith("sudo"):
         return ErrorReason.SUDO
     return None
+
+
+def detect_os(ctx: ActionContext) -> None:
+    """Read /etc/os-release, the kernel and the machine into ctx.facts (os_id, os_version, os_family, kernel,
+    distro_tag, arch: NVIDIA's repository folder, x86_64 or sbsa for aarch64/Grace)."""
+    release, kernel, machine = ctx.read_many(list(OS_READS))
+    if not release.ok:
+        ctx.facts["os_family"] = None
+        ctx.facts["os_problem"] = f"cannot read /etc/os-release: {describe_failure(release)}"
+        return
+    ctx.facts.update(os_facts(release.text, kernel.text if kernel.ok else None, machine.text if machine.ok else None))
 
 
 class Action:

@@ -39,6 +39,7 @@ from nvdeploy.actions.sources import (
 )
 from nvdeploy.actions.system import (
     SMI_DRIVER,
+    driver_packages,
     installed_versions,
     package_query,
     parse_packages,
@@ -183,30 +184,6 @@ class NvidiaRepo(Action):
         repo_file = f"cuda-{ctx.facts['distro_tag']}.repo"
         return [Cmd("plugins", ("dnf", "-y", "install", "dnf-plugins-core"), timeout_s=600),
                 Cmd("add_repo", ("dnf", "config-manager", "--add-repo", url + repo_file), timeout_s=300)]
-
-
-def dnf_modules(ctx: ActionContext) -> bool:
-    """Whether this dnf node has module streams: RHEL 8/9 (and their rebuilds) do, RHEL 10 dropped modularity."""
-    major = str(ctx.facts.get("os_version", "")).split(".")[0]
-    return not (major.isdigit() and int(major) >= 10)
-
-
-def driver_packages(ctx: ActionContext, branch: str, open_modules: bool, fabricmanager: bool) -> dict[str, str]:
-    """{'driver': package, 'kmod': package (dnf), 'fabricmanager': package?, 'stream': dnf module stream?} for this
-    node's OS. The flavour is in the apt package name (``-open``); dnf has one ``nvidia-driver`` and a kernel-module
-    package per flavour (``kmod-nvidia-open-dkms`` / ``kmod-nvidia-latest-dkms``), chosen by the module stream
-    (``<branch>-open`` / ``<branch>-dkms``) where dnf has modules."""
-    if ctx.os_family() == "apt":
-        names = {"driver": f"nvidia-driver-{branch}{'-open' if open_modules else ''}"}
-        if fabricmanager:
-            names["fabricmanager"] = f"nvidia-fabricmanager-{branch}"
-        return names
-    names = {"driver": "nvidia-driver", "kmod": f"kmod-nvidia-{'open' if open_modules else 'latest'}-dkms"}
-    if dnf_modules(ctx):
-        names["stream"] = f"nvidia-driver:{branch}-{'open' if open_modules else 'dkms'}"
-    if fabricmanager:
-        names["fabricmanager"] = "nvidia-fabric-manager"
-    return names
 
 
 def package_names(names: dict[str, str]) -> list[str]:

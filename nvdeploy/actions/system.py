@@ -14,72 +14,25 @@ from nvdeploy.actions.base import (
     Probe,
     StepFailed,
     describe_failure,
+    detect_os,
     register,
 )
+
+# The OS facts are read in osinfo, below base (which detects the OS on first use); importable from here too.
+from nvdeploy.actions.osinfo import APT_FAMILY, ARCH_FOLDERS, DNF_FAMILY, SUPPORTED_OS, distro_tag, parse_os_release  # noqa: F401
 from nvdeploy.results import CommandResult, ErrorReason
 from nvdeploy.transport.base import TransportError
 
-SUPPORTED_OS = ("ubuntu", "debian", "rhel", "rocky", "almalinux")
-APT_FAMILY = ("ubuntu", "debian")
-DNF_FAMILY = ("rhel", "rocky", "almalinux", "centos", "ol")
 # Writes $1 to the file $2 (the values are arguments of the script, never part of its text).
 WRITE_SCRIPT = 'umask 022 && printf "%s\\n" "$1" > "$2"'
 WRITE_HELPER = "nvdeploy-write"
 UNIT = r"[A-Za-z0-9][A-Za-z0-9@._-]*"
-# uname -m -> the folder of NVIDIA's CUDA repository (Grace/ARM64 servers use sbsa).
-ARCH_FOLDERS = {"x86_64": "x86_64", "aarch64": "sbsa", "arm64": "sbsa"}
 MODULE = r"[a-z0-9_]+"
 
 
 def write_file_cmd(name: str, path: str, content: str) -> Cmd:
     """A root command that writes ``content`` (one argv word) to ``path``."""
     return Cmd(name, ("sh", "-c", WRITE_SCRIPT, WRITE_HELPER, content, path))
-
-
-def parse_os_release(text: str) -> dict[str, str]:
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            out[key.strip()] = value.strip().strip('"').strip("'")
-    return out
-
-
-def distro_tag(os_id: str, version: str) -> str:
-    """The folder of NVIDIA's CUDA repository for this OS: ubuntu2204, debian12, rhel9 (Rocky/Alma use RHEL's)."""
-    major = version.split(".")[0]
-    if os_id == "ubuntu":
-        return "ubuntu" + version.replace(".", "")
-    if os_id == "debian":
-        return f"debian{major}"
-    return f"rhel{major}"
-
-
-def detect_os(ctx: ActionContext) -> None:
-    """Read /etc/os-release, the kernel and the machine into ctx.facts (os_id, os_version, os_family, kernel,
-    distro_tag, arch: NVIDIA's repository folder, x86_64 or sbsa for aarch64/Grace)."""
-    release, kernel, machine = ctx.read_many([("os_release", ("cat", "/etc/os-release")), ("kernel", ("uname", "-r")),
-                                              ("machine", ("uname", "-m"))])
-    if not release.ok:
-        ctx.facts["os_family"] = None
-        ctx.facts["os_problem"] = f"cannot read /etc/os-release: {describe_failure(release)}"
-        return
-    info = parse_os_release(release.text)
-    os_id = info.get("ID", "").lower()
-    version = info.get("VERSION_ID", "")
-    like = info.get("ID_LIKE", "").lower().split()
-    family: Optional[str] = None
-    if os_id in APT_FAMILY or (os_id not in DNF_FAMILY and "debian" in like and os_id in SUPPORTED_OS):
-        family = "apt"
-    elif os_id in DNF_FAMILY:
-        family = "dnf"
-    ctx.facts.update(os_id=os_id, os_version=version, os_name=info.get("PRETTY_NAME", os_id),
-                     kernel=kernel.text.strip() if kernel.ok else "", os_family=family,
-                     arch=ARCH_FOLDERS.get(machine.text.strip(), machine.text.strip()) if machine.ok else "x86_64",
-                     distro_tag=distro_tag(os_id, version) if family else "")
-    if family is None:
-        ctx.facts["os_problem"] = (f"unsupported OS {info.get('PRETTY_NAME', os_id)!r} (ID={os_id}): nvdeploy "
-                                   "installs on Ubuntu/Debian (apt) and RHEL/Rocky/AlmaLinux (dnf)")
 
 
 @register
@@ -172,6 +125,30 @@ def preflight_problems(ctx: ActionContext, check_processes: bool = True, check_h
     return problems
 
 
+def dnf_modules(ctx: ActionContext) -> bool:
+    """Whether this dnf node has module streams: RHEL 8/9 (and their rebuilds) do, RHEL 10 dropped modularity."""
+    major = str(ctx.facts.get("os_version", "")).split(".")[0]
+    return not (major.isdigit() and int(major) >= 10)
+
+
+def driver_packages(ctx: ActionContext, branch: str, open_modules: bool, fabricmanager: bool) -> dict[str, str]:
+    """{'driver': package, 'kmod': package (dnf), 'fabricmanager': package?, 'stream': dnf module stream?} for this
+    node's OS. The flavour is in the apt package name (``-open``); dnf has one ``nvidia-driver`` and a kernel-module
+    package per flavour (``kmod-nvidia-open-dkms`` / ``kmod-nvidia-latest-dkms``), chosen by the module stream
+    (``<branch>-open`` / ``<branch>-dkms``) where dnf has modules."""
+    if ctx.os_family() == "apt":
+        names = {"driver": f"nvidia-driver-{branch}{'-open' if open_modules else ''}"}
+        if fabricmanager:
+            names["fabricmanager"] = f"nvidia-fabricmanager-{branch}"
+        return names
+    names = {"driver": "nvidia-driver", "kmod": f"kmod-nvidia-{'open' if open_modules else 'latest'}-dkms"}
+    if dnf_modules(ctx):
+        names["stream"] = f"nvidia-driver:{branch}-{'open' if open_modules else 'dkms'}"
+    if fabricmanager:
+        names["fabricmanager"] = "nvidia-fabric-manager"
+    return names
+
+
 @register
 class DriverPreflight(Action):
     """Before a driver install or change: refuses (FAIL, nothing changed) when GPU processes are running, the
@@ -185,8 +162,6 @@ class DriverPreflight(Action):
               Param("check_secure_boot", "bool", default=True))
 
     def probe(self, ctx: ActionContext, p: Mapping[str, Any]) -> Probe:
-        from nvdeploy.actions.packages import driver_packages
-
         names = driver_packages(ctx, p["branch"], p["open"], False)
         family = ctx.os_family()
         packages, smi = ctx.read_many([package_query(family, [names["driver"]]), SMI_DRIVER])

@@ -48,7 +48,7 @@ WHAT_IS_MISSING = {
     "nvidia-smi-xml": "no <nvidia_smi_log> root",
     "nvidia-smi-text": "no 'Attached GPUs' header or table title, fewer GPU sections than attached GPUs, or "
                        "'[...]' elisions",
-    "nvidia-smi-topo": "fewer matrix rows than GPUs",
+    "nvidia-smi-topo": "matrix rows without the header, or fewer rows than GPUs",
     "nvidia-smi-nvlink": "a GPU's link list cut off",
     "nccl-tests": "result rows without the table header",
     "ibstat": "ports before any device line, or the listing cut off",
@@ -64,7 +64,8 @@ def is_fragment(parsed: Any, fmt: str = "") -> bool:
     matrix with fewer rows than GPUs, an NVLink list cut at either end, an ibstat listing cut off or with ports
     before any device."""
     if fmt == "nvidia-smi-topo":
-        return bool(parsed.gpus) and any(gpu not in parsed.matrix for gpu in parsed.gpus)
+        return bool(parsed.gpus) and (getattr(parsed, "fragment", False) or
+                                      any(gpu not in parsed.matrix for gpu in parsed.gpus))
     if fmt == "nvidia-smi-nvlink":
         return bool(cut_nvlink_gpus(parsed))
     if fmt == "ibstat":

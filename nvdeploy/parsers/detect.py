@@ -65,7 +65,9 @@ _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("nvidia-smi-text", re.compile(r"=+\s*NVSMI LOG\s*=+|^\s*Attached GPUs\s*:|"
                                    r"NVIDIA-SMI\s+\S+\s+(?:Driver|KMD) Version:", _M)),
     ("nvidia-smi-text", nvidia_smi.TABLE_ROW_RE),  # default-table rows without the table's title
-    ("nvidia-smi-topo", re.compile(r"^\s*GPU0\b.*\b(?:CPU Affinity|NUMA Affinity|GPU\d+)\b", _M)),
+    ("nvidia-smi-topo", re.compile(r"^\s*GPU0\b.*\b(?:CPU Affinity|NUMA Affinity|GPU\d+)\b"
+                                   # matrix rows without the header
+                                   r"|^\s*GPU\d{1,4}(?:\s{1,20}(?:X|NV\d{1,3}|SYS|NODE|PHB|PXB|PIX)\b){2}", _M)),
     ("nvidia-smi-nvlink", re.compile(r"^\s*Link\s+\d+\s*:\s*(?:[\d.]+\s*[GMT]?B/s|<inactive>)"
                                      r"|nvlink (?:queries|information)|does not have or support nvlink", _M | _I)),
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from itertools import takewhile
 from typing import Any
 
 from nvdeploy.parsers.text import prepare as _prepare
@@ -20,7 +21,9 @@ class TopoFacts:
     """``gpus``: GPU labels in header order (``GPU0``...). ``nics``: the other device columns (``NIC0`` or, on old
     drivers, ``mlx5_0``). ``matrix[row][column]``: the printed cell, for every row (GPUs and NICs) and column,
     the diagonal included (``X``). ``nic_names``: ``{"NIC0": "mlx5_0"}`` from the NIC Legend. ``affinity[row]``:
-    ``{"CPU Affinity": "0-23", "NUMA Affinity": "0", "GPU NUMA ID": "N/A"}`` as far as printed."""
+    ``{"CPU Affinity": "0-23", "NUMA Affinity": "0", "GPU NUMA ID": "N/A"}`` as far as printed. ``fragment``: GPU
+    rows without the header line (a pasted piece): the columns are named from the rows' diagonal ``X`` as far
+    as it reaches (the GPU columns come first, in order), the cells beyond it are not read."""
 
     gpus: tuple[str, ...] = ()
     matrix: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -28,6 +31,7 @@ class TopoFacts:
     warnings: tuple[str, ...] = ()
     nic_names: dict[str, str] = field(default_factory=dict)
     affinity: dict[str, dict[str, str]] = field(default_factory=dict)
+    fragment: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -37,6 +41,7 @@ class TopoFacts:
             "warnings": list(self.warnings),
             "nic_names": dict(self.nic_names),
             "affinity": {row: dict(cells) for row, cells in self.affinity.items()},
+            "fragment": self.fragment,
         }
 
 
@@ -84,10 +89,14 @@ def parse_topo(text: str) -> TopoFacts:
     affinity: dict[str, dict[str, str]] = {}
     nic_names: dict[str, str] = {}
     rows: list[str] = []
+    headerless: list[list[str]] = []
     state = "before"  # before -> matrix -> legend
     for raw in text.split("\n"):
         tokens = raw.split()
         if not tokens:
+            continue
+        if state == "before" and _GPU_RE.match(tokens[0]) and len(tokens) > 1 and _CONNECTION_RE.match(tokens[1]):
+            headerless.append(tokens)  # a matrix row before any header: a pasted piece
             continue
         if _LEGEND_RE.match(raw):
             state = "legend"
@@ -125,6 +134,8 @@ def parse_topo(text: str) -> TopoFacts:
             affinity[label] = dict(zip(affinity_names, extra))
         if label not in rows:
             rows.append(label)
+    if not columns and headerless:
+        return _headerless(headerless, warnings)
     if not columns:
         warnings.append("no topology matrix header (a line starting with GPU0) found")
     devices = columns + [r for r in rows if r not in columns]
@@ -134,3 +145,22 @@ def parse_topo(text: str) -> TopoFacts:
     if missing and len(warnings) < _MAX_WARNINGS:
         warnings.append(f"no matrix row for {', '.join(missing)}")
     return TopoFacts(gpus, matrix, nics, tuple(warnings), nic_names, affinity)
+
+
+def _headerless(lines: list[list[str]], warnings: list[str]) -> TopoFacts:
+    """GPU rows without the header: row GPUk's ``X`` sits in column k, so the columns up to the last diagonal
+    shown are GPU0..GPUn; a row whose X is elsewhere, or missing, is not read."""
+    reach = 0
+    usable = []
+    for tokens in lines:
+        cells = list(takewhile(_CONNECTION_RE.match, tokens[1:]))  # then the affinity columns
+        index = int(tokens[0][3:])
+        if index < len(cells) and cells[index] == "X" and cells.count("X") == 1:
+            usable.append((tokens[0], cells))
+            reach = max(reach, index + 1)
+        elif len(warnings) < _MAX_WARNINGS:
+            warnings.append(f"row {tokens[0]} without the header: its diagonal X is not where its number says")
+    columns = [f"GPU{k}" for k in range(reach)]
+    matrix = {label: dict(zip(columns, cells[:reach])) for label, cells in usable}
+    warnings.append("matrix rows without the header line (a pasted piece): columns named from the diagonal")
+    return TopoFacts(tuple(columns), matrix, (), tuple(warnings), fragment=True)

@@ -201,6 +201,21 @@ def test_topology_rows_cut_judge_only_the_rows_shown():
     assert topo["verdict"] == "PASS" and "3 matrix row(s) in the pasted text" in topo["summary"]
 
 
+def test_topology_rows_without_header_are_read_from_the_diagonal():
+    rows = lines("nvidia-smi-topo/8xH100-NV18-2numa-spaces.txt", 3, 5)  # GPU1..GPU3, no header
+    data, by_check = judged("auto", rows)
+    assert data["input_format"] == "nvidia-smi-topo" and data["matrix"]["GPU3"]["GPU1"] == "NV18"
+    assert_judges_only_what_it_shows(data, by_check)
+    assert verdicts_of(by_check, "nvlink.topology") == ["PASS"]  # before: ERROR "printed no GPU matrix"
+    # A PCIe pair the rows show FAILs (a 2-GPU PCIe card judged as if it were an NVSwitch SKU).
+    data, by_check = judged("auto", lines("nvidia-smi-topo/2gpu-PHB-no-nvlink.txt", 2, 3))
+    (topo,) = by_check["nvlink.topology"]
+    assert topo["verdict"] == "FAIL" and "GPU0-GPU1 PHB" in topo["summary"]
+    # One row alone: its second column could be GPU1 or a NIC, so nothing is read beyond the diagonal.
+    data, by_check = judged("auto", lines("nvidia-smi-topo/2gpu-PHB-no-nvlink.txt", 2, 2))
+    assert verdicts_of(by_check, "nvlink.topology") == ["SKIP"]
+
+
 def test_nvlink_list_cut_mid_gpu_is_not_links_missing():
     piece = lines("nvidia-smi-nvlink/a100-sxm4-80gb-8gpu-nvlink-status-12links-25GBs.txt", 1, 14)
     data, by_check = judged("nvidia-smi-nvlink", piece, profile="a100-sxm-8x")

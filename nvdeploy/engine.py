@@ -99,16 +99,14 @@ def _transport(host: Host, catalog: ProfileCatalog, options: EngineOptions, peer
     connection = host.connection
     connect_timeout = float(host.get("connect_timeout", options.connect_timeout_s))
     if connection == "sim":
-        from nvdeploy.sim.scenario import NodeScenario
-        from nvdeploy.transport.sim import SimTransport
+        from nvdeploy.transport.sim import sim_transport
 
         profile = catalog.get(host.profile or "")
         sku = catalog.get(host.get("sim_sku")) if host.get("sim_sku") else None
         # The cluster keys the node's mutable state (nvdeploy/sim/state.py): install, then validate, see the same.
         cluster = str(host.get("cluster") or Path(host.file).stem)
-        scenario = NodeScenario(host.name, profile, tuple(host.faults), sku, cluster=cluster,
-                                peers=tuple((p.address, tuple(p.faults)) for p in peers if p.name != host.name))
-        return SimTransport(scenario, connect_timeout)
+        return sim_transport(host.name, profile, host.faults, sku, cluster,
+                             [(p.address, p.faults) for p in peers if p.name != host.name], connect_timeout)
     if connection == "local":
         from nvdeploy.transport.local import LocalTransport
 

@@ -90,6 +90,21 @@ then
   printf '%s\n' "$want" >"$stamp"
 fi
 exec 9<&-
+# The layering contracts (.importlinter) are checked before any test, and a broken one fails the run. import-linter
+# needs Python 3.11+ (the test extra installs it there); an older interpreter skips them and says so.
+if [ -x "$venv/bin/lint-imports" ]; then
+  if ! contracts="$("$venv/bin/lint-imports" --no-cache --no-logo .importlinter 2>&1)"; then
+    printf '%s\n' "$contracts" >&2
+    echo "tests/run.sh: an import contract is broken (.importlinter): see above" >&2
+    exit 1
+  fi
+  printf '%s\n' "$contracts" | grep '^Contracts:' || true
+elif "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "tests/run.sh: lint-imports is missing from $venv (pip install -e '.[test]')" >&2
+  exit 2
+else
+  echo "tests/run.sh: Python < 3.11: the import contracts (.importlinter) are not checked" >&2
+fi
 # In parallel by default: the suite waits on subprocesses, sshd sessions, Slurm daemons and deliberate timeouts far
 # more than it computes, so more workers than cores pays (NVDEPLOY_TEST_WORKERS=0: one process). loadgroup: tests
 # marked xdist_group (the Slurm e2e tests share one Slurm cluster) stay on one worker. Arguments that choose

@@ -6,10 +6,21 @@ import threading
 import time
 from typing import Optional, Sequence
 
+from nvdeploy.profiles import Profile
 from nvdeploy.results import CommandResult, ErrorReason
 from nvdeploy.sim.scenario import NodeScenario
 from nvdeploy.sim.tools import run_tool
 from nvdeploy.transport.base import CommandSpec, Transport, TransportError
+
+
+def sim_transport(name: str, profile: Profile, faults: Sequence[str], sku: Optional[Profile], cluster: str,
+                  peers: Sequence[tuple[str, Sequence[str]]], connect_timeout_s: float) -> SimTransport:
+    """A simulated node (an inventory host with ``connection: sim``): the profile it is expected to match, its
+    faults, the SKU it really is, the cluster its mutable state is keyed by (install, then validate, see the same)
+    and its peers (address, faults) for the multi-node tools."""
+    scenario = NodeScenario(name, profile, tuple(faults), sku, cluster=cluster,
+                            peers=tuple((address, tuple(f)) for address, f in peers))
+    return SimTransport(scenario, connect_timeout_s)
 
 
 class SimTransport(Transport):

@@ -704,6 +704,8 @@ def _parse_xml(text: str, details: bool) -> SmiFacts:
 
 # ----------------------------------------------------------------------------------------------- text (-q)
 
+# A -q section title: words only (never an alert such as "Unable to determine the device handle for GPU...").
+_SECTION_TITLE_RE = re.compile(r"^[A-Z][A-Za-z0-9]*(?: [A-Za-z0-9/()-]+){0,5}$")
 _GPU_HEADER_RE = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
 _KV_RE = re.compile(r"^(\S.*?)\s+:(?:\s(.*)|)$")
 # R610+ heads the table "NVIDIA-SMI 610.43.02   KMD Version: 610.43.02   CUDA UMD Version: 13.3".
@@ -744,6 +746,13 @@ def parse_text(text: str) -> SmiFacts:
         if indent == 0:
             if kv:
                 top.setdefault(_norm(kv.group(1)), (kv.group(2) or "").strip())
+            elif not any(bus is not None for _tree, bus in sections) and _SECTION_TITLE_RE.match(content):
+                # A section title at the margin before any GPU header: a pasted piece whose first line lost its
+                # indentation ("ECC Errors" above indented "Volatile"); what follows is read under it.
+                if current is None:
+                    current = {}
+                    sections.append((current, None))
+                stack = [(-1, _norm(content))]
             continue
         if current is None:
             current = {}

@@ -74,6 +74,16 @@ def test_q_ecc_block_without_header_fails_the_ecc_and_skips_what_it_does_not_sho
     assert not [f for f in data["verdicts"]["findings"] if f["verdict"] == "PASS"]
 
 
+def test_q_ecc_block_whose_first_line_lost_its_indent_still_shows_the_ecc():
+    """Selecting text from its first word drops that line's indentation: "ECC Errors" at the margin."""
+    text = (REAL / ECC_BLOCK).read_text()
+    assert text.startswith("    ECC Errors")
+    data, by_check = judged("nvidia-smi-text", text.lstrip())
+    assert_judges_only_what_it_shows(data, by_check)
+    (ecc,) = by_check["memory.ecc_errors"]
+    assert ecc["verdict"] == "FAIL" and ecc["observed"] == 1  # not lost under a nameless "Volatile" section
+
+
 def test_q_excerpt_with_attached_gpus_judges_the_count_from_that_line():
     """A -q excerpt that keeps 'Attached GPUs : 8' but shows one GPU section: 8 of 8, not "1 of 8"."""
     data, by_check = judged("auto", (REAL / "nvidia-smi-text" /

@@ -123,3 +123,26 @@ def test_on_a_terminal_one_live_line_is_redrawn_and_erased_before_the_summary(tm
     assert not [line for line in shown if " running, " in line], shown
     assert any(line.startswith("FAIL  c  kmsg.xid") for line in shown), shown
     assert any(line.startswith("NOT_READY: 1 of 4 nodes failed") for line in shown), shown
+
+
+def test_on_an_80_column_terminal_the_live_line_never_wraps(tmp_path):
+    long = "rack17-chassis04-sled2-a-very-long-inventory-name-of-a-gpu-node-"
+    inventory = INVENTORY.replace("    a: {}", f"    {long}0001: {{}}").replace("    b: {", f"    {long}0002: {{")
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    proc = subprocess.Popen(_command(tmp_path, inventory_text=inventory), stdin=subprocess.DEVNULL, stdout=slave,
+                            stderr=slave, env=_env())
+    os.close(slave)
+    try:
+        raw = _read_all(master, proc, 300).decode("utf-8", "replace")
+        assert proc.wait(timeout=60) == 1, raw
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    text = raw.replace("\r\n", "\n")
+    frames = [f.split("\n")[0] for f in text.split("\r")[1:] if " done" in f.split("\n")[0]]
+    assert frames, raw
+    # One column short of the edge (a terminal may wrap on the last one); the slow node named by its number.
+    assert all(len(f.rstrip()) <= 79 for f in frames), [f for f in frames if len(f.rstrip()) > 79]
+    assert any("...-0002 0:0" in f for f in frames), frames

@@ -60,7 +60,9 @@ _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
                               r"\d{1,20}\s{1,20}(?:u?int(?:8|32|64)|half|float|double|bfloat16|fp8_e[45]m[23])\s{1,20}"
                               r"(?:[a-z]{3,9}\s{1,20})?(?:-?\d{1,6}\s{1,20})?(?:[\d.]{1,20}\s{1,20}){3}(?:\d{1,20}|N/A)\b",
                               _M)),
-    ("ibstat", re.compile(r"^\s*CA\s+'[^']+'\s*$|^\s*hca_id\s*:|^\s*Infiniband device\s+'[^']+'\s+port", _M | _I)),
+    ("ibstat", re.compile(r"^\s*CA\s+'[^']+'\s*$|^\s*hca_id\s*:|^\s*Infiniband device\s+'[^']+'\s+port"
+                          # an ibstat port block pasted without its CA line
+                          r"|^\s*Port\s+\d{1,3}:\s*\n\s*State:\s*(?:Active|Down|Initializing|Armed)\s*$", _M | _I)),
     ("kmsg", re.compile(r"NVRM: Xid\b|\bXid\s*\(PCI:|\bSXid\s*\(")),
     ("nvidia-smi-text", re.compile(r"=+\s*NVSMI LOG\s*=+|^\s*Attached GPUs\s*:|"
                                    r"NVIDIA-SMI\s+\S+\s+(?:Driver|KMD) Version:", _M)),

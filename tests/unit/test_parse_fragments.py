@@ -160,6 +160,7 @@ def test_xml_fragment_cut_inside_a_gpu_without_its_openers():
 
 # ---------------------------------------------------------------- pieces parse auto did not recognise
 
+IB_12HCA = "ibstat/ibstat-h100-node-12hca-ib-and-eth-3-down-disabled.txt"
 DISCOVERY_A100 = "dcgmi-discovery/8xA100-SXM4-40GB-dgx-with-6-nvswitches.txt"
 NCCL_A100 = "nccl-tests/all_reduce_perf-8xA100-80GB-single-node-nccl2.16.2-hostname-placeholder.log"
 TABLE_H100 = "nvidia-smi-text/default-table-8xH100-550.90.07.txt"
@@ -172,6 +173,7 @@ TABLE_H100 = "nvidia-smi-text/default-table-8xH100-550.90.07.txt"
     (A100_XML, 267, 280, "nvidia-smi-xml"),  # XML without its root
     ("nvidia-smi-xml/tesla-t4-v11-515.105.01.xml", 8, 40, "nvidia-smi-xml"),  # a <gpu> cut mid-way
     (DISCOVERY_A100, 5, 12, "dcgmi-discovery"),  # GPU rows of dcgmi discovery -l without the header
+    (IB_12HCA, 76, 85, "ibstat"),  # an ibstat port block without its CA line
 ])
 def test_auto_recognises_headerless_pieces(relative: str, start: int, end: int, fmt: str):
     data = json.loads(invoke("auto", "-", input=lines(relative, start, end)).output)
@@ -231,9 +233,6 @@ def test_nvlink_list_cut_mid_gpu_is_not_links_missing():
     data, by_check = judged("nvidia-smi-nvlink", piece, profile="a100-sxm-8x")
     assert_judges_only_what_it_shows(data, by_check)
     assert "FAIL" not in verdicts_of(by_check, "nvlink.links")  # before: FAIL "GPU1: 0 of 12 links listed"
-
-
-IB_12HCA = "ibstat/ibstat-h100-node-12hca-ib-and-eth-3-down-disabled.txt"
 
 
 def test_ibstat_piece_is_not_hcas_missing():

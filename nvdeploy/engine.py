@@ -64,6 +64,8 @@ class EngineOptions:
     sudo_gate: Optional[SudoGate] = field(default=None, compare=False)
     # The run's progress counters (nvdeploy/progress.py), bumped once per node event; None: no progress work.
     progress: Optional[RunProgress] = field(default=None, compare=False)
+    # Accepted findings (nvdeploy/waivers.py Waiver), from validate --waivers FILE: applied when the run finishes.
+    waivers: tuple[Any, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         if self.sudo_gate is None and self.sudo_password:

@@ -12,6 +12,8 @@ mig:      {enabled: false}                         # the MIG mode every MIG-capa
 cuda:     {toolkit: "12.4"}                        # the CUDA toolkit installed by default
 nvlink_domain: {trays: 18, gpus: 72}            # rack-scale NVLink (NVL72): nodes are trays of one domain
 datasheet: {bf16_tflops: 989.4, fp8_tflops: 1978.9, hbm_gb: 80, tdp_w: 700, sources: [...]}  # dense, per GPU
+fleet:    {min_nodes: 8, warn_pct: 3.5, fail_pct: 7, warn_z: 3, fail_z: 5, z_min_pct: 1,   # fleet.performance
+           figures: {nccl_busbw: {warn_pct: 3}, dcgm_gflops: {enabled: false}}}    # per figure (checks/fleet.py)
 ```
 """
 
@@ -38,6 +40,38 @@ def _count(value: Any) -> bool:
 
 def _pct(value: Any) -> bool:
     return _number(value) and value <= 100
+
+
+def _nonnegative(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+
+
+# The figures fleet.performance judges (nvdeploy/checks/fleet.py FIGURES), by the name a profile gives them.
+FLEET_FIGURES = ("nccl_busbw", "dcgm_gflops")
+_FLEET_RULE: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "min_nodes": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 2, "an integer >= 2"),
+    "warn_pct": (_pct, "a percentage (0-100] below the fleet's median"),
+    "fail_pct": (_pct, "a percentage (0-100] below the fleet's median"),
+    "warn_z": (_number, "a positive number (the robust z at or below minus it is an outlier)"),
+    "fail_z": (_number, "a positive number (the robust z at or below minus it is an outlier)"),
+    "z_min_pct": (_nonnegative, "a percentage >= 0"),
+}
+
+
+def _fleet_figures(value: Any) -> bool:
+    """``{figure: {rule key: value, enabled: bool}}`` with known figures and keys only."""
+    if not isinstance(value, dict):
+        return False
+    for figure, body in value.items():
+        if figure not in FLEET_FIGURES or not isinstance(body, dict):
+            return False
+        for key, item in body.items():
+            if key == "enabled":
+                if not isinstance(item, bool):
+                    return False
+            elif key not in _FLEET_RULE or not _FLEET_RULE[key][0](item):
+                return False
+    return True
 
 
 def _reasons(value: Any) -> bool:
@@ -80,6 +114,10 @@ SECTIONS: dict[str, dict[str, tuple[Callable[[Any], bool], str, bool]]] = {
                   "tdp_w": (_number, "a positive number (W)", False),
                   "sources": (lambda v: isinstance(v, list) and bool(v) and all(isinstance(s, str) for s in v),
                               "a non-empty list of strings (where each figure comes from)", True)},
+    # fleet.performance: when a node's measured figure is an outlier among the profile's nodes (checks/fleet.py).
+    "fleet": {**{key: (valid, description, False) for key, (valid, description) in _FLEET_RULE.items()},
+              "figures": (_fleet_figures, "a mapping of figures (" + ", ".join(FLEET_FIGURES) + ") to rule keys ("
+                          + ", ".join(_FLEET_RULE) + ") and enabled: true/false", False)},
 }
 
 

@@ -16,6 +16,7 @@ from nvdeploy.checks import (
     driver,
     driver_flavour,
     fabric,
+    fleet,
     gpu,
     gpu_operator,
     ib,
@@ -41,6 +42,8 @@ CHECK_MODULES = (
     container, cuda, mps, power, rdma,
     # The Kubernetes GPU Operator (cluster stage on the controller, nvdeploy/phases/k8s.py).
     gpu_operator,
+    # Cluster stage: each measured figure against the node's peers (fleet.performance).
+    fleet,
 )
 CHECKS = build_catalog(CHECK_MODULES)
 

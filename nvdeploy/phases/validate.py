@@ -13,6 +13,9 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from nvdeploy import __version__
 from nvdeploy.checks.cluster import VERSION_CONSISTENCY, evaluate_cluster
+from nvdeploy.checks.fleet import CHECK_ID as FLEET_CHECK
+from nvdeploy.checks.fleet import FIGURES as FLEET_FIGURES
+from nvdeploy.checks.fleet import fleet_section
 from nvdeploy.checks.power import NODE_CHECK as POWER_NODE_CHECK
 from nvdeploy.checks.registry import CLUSTER_CHECKS
 from nvdeploy.engine import EngineOptions, NodeRunner, run_hosts
@@ -23,6 +26,7 @@ from nvdeploy.record import NodeSpool, RunRecorder, read_journal, safe_name
 from nvdeploy.report import write_reports
 from nvdeploy.results import BRIEF_FACTS as REPORT_FACTS
 from nvdeploy.results import ErrorReason, Finding, NodeBrief, NodeResult, RunResult
+from nvdeploy.waivers import WAIVABLE, Waiver, apply_waivers, today_utc
 
 MULTINODE_CHECK = next(iter(c for c in CLUSTER_CHECKS if c == "nccl.multinode"))
 GPUDIRECT_CHECK = "rdma.gpudirect"  # nvdeploy/checks/rdma.py, run by nvdeploy/phases/gpudirect.py
@@ -54,7 +58,8 @@ def _user() -> str:
 
 # What a finished node keeps in memory besides its verdict and checks (results.py NodeBrief): the facts the
 # cluster checks compare and the reports' node table shows, and the findings the power budget sums.
-BRIEF_FACTS = tuple(dict.fromkeys(REPORT_FACTS + tuple(key for key, _check, _what in VERSION_CONSISTENCY)))
+BRIEF_FACTS = tuple(dict.fromkeys(REPORT_FACTS + tuple(key for key, _check, _what in VERSION_CONSISTENCY)
+                                  + tuple(figure.fact for figure in FLEET_FIGURES)))
 BRIEF_FINDINGS = (POWER_NODE_CHECK,)
 
 
@@ -74,14 +79,17 @@ def finish_run(header: dict, nodes: Union[list[NodeResult], NodeSpool], order: l
 
     From a spool, the cluster checks read each node's brief (its version facts and power findings), and only the
     nodes they add findings to are read back, amended and spooled again: the run's nodes stay on disk."""
+    # Waivers (nvdeploy/waivers.py) apply last, to every node finding the run made, the cluster stage's included.
+    waivers = [Waiver.from_dict(w) for w in header.get("waivers") or ()]
     if isinstance(nodes, NodeSpool):
-        ordered_nodes, cluster_findings = _evaluate_spooled(nodes, order, header.get("racks"))
+        ordered_nodes, cluster_findings = _evaluate_spooled(nodes, order, header.get("racks"), header.get("fleet"),
+                                                            waivers)
     else:
         by_name = {n.name: n for n in nodes}
         ordered = [by_name[name] for name in order if name in by_name]
         ordered += [n for n in nodes if n.name not in set(order)]
-        evaluated, cluster_findings = evaluate_cluster(ordered, header.get("racks"))
-        ordered_nodes = tuple(evaluated)
+        evaluated, cluster_findings = evaluate_cluster(ordered, header.get("racks"), header.get("fleet"))
+        ordered_nodes = tuple(apply_waivers(evaluated, waivers, today_utc()))
     return RunResult(
         run_id=header["run_id"], cluster=header["cluster"], phase=header.get("phase", "validate"),
         nodes=ordered_nodes, cluster_findings=tuple(cluster_findings), started_at=header.get("started_at", ""),
@@ -91,14 +99,26 @@ def finish_run(header: dict, nodes: Union[list[NodeResult], NodeSpool], order: l
         user=header.get("user", ""))
 
 
-def _evaluate_spooled(spool: NodeSpool, order: list[str], racks_of: Optional[Mapping[str, Sequence[Any]]] = None
+def _evaluate_spooled(spool: NodeSpool, order: list[str], racks_of: Optional[Mapping[str, Sequence[Any]]] = None,
+                      fleet: Optional[Mapping[str, Mapping[str, Any]]] = None, waivers: Sequence[Waiver] = ()
                       ) -> tuple[Sequence[NodeResult], list[Finding]]:
     ordered = spool.nodes(order)
     views = [NodeResult(b.name, b.kept, address=b.address, profile=b.profile, facts=b.facts) for b in ordered.briefs]
-    updated, cluster_findings = evaluate_cluster(views, racks_of)
+    updated, cluster_findings = evaluate_cluster(views, racks_of, fleet)
     for view, after in zip(views, updated):
         if after is not view:  # the cluster checks appended findings to this node: amend the full result
             spool.add(spool.get(view.name).with_findings(after.findings[len(view.findings):]))
+    if waivers:
+        today = today_utc()
+        checks = {w.check for w in waivers}
+        named = {n for w in waivers for n in w.nodes}
+        for brief in spool.nodes(order).briefs:
+            # Only the nodes with a waivable verdict of a waived check are read back from the spool.
+            if brief.name in named and any(c in checks and v in WAIVABLE for c, v in brief.checks):
+                node = spool.get(brief.name)
+                (waived,) = apply_waivers([node], waivers, today)
+                if waived is not node:
+                    spool.add(waived)
     return spool.nodes(order), list(cluster_findings)
 
 
@@ -115,6 +135,11 @@ def run_validate(inventory: Inventory, catalog: ProfileCatalog, options: EngineO
               "started_at": _now(), "profiles": profiles, "nvdeploy_version": __version__,
               "inventory": inventory.path, "user": _user(), "hosts": [h.name for h in inventory.hosts],
               "fail_on_warn": fail_on_warn, "checks": list(options.checks), "racks": racks_of(inventory.hosts)}
+    if options.waivers:
+        header["waivers"] = [w.to_dict() for w in options.waivers]
+    if FLEET_CHECK in options.checks:
+        # Each profile's fleet rule, kept with the run so that a resumed or rebuilt run judges its figures alike.
+        header["fleet"] = {catalog.get(name).stamp: fleet_section(catalog.get(name)) for name in profiles}
     recorder.journal(header)
     return _execute(header, list(inventory.hosts), [], recorder, catalog, options, fail_on_warn, progress,
                     list(inventory.hosts))

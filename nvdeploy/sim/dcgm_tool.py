@@ -16,6 +16,8 @@ Faults:
 - ``dcgm_hang``: ``dcgmi diag`` never returns (the collector's hard timeout ends it); other calls answer.
 - ``fabricmanager_down`` (nvdeploy/sim/datacenter.py), on NVSwitch SKUs: the CUDA-based tests fail on every GPU
   with "Unable to initialize CUDA library: 'system not yet initialized'" and PCIe is skipped, as real DCGM does.
+- ``fleet_spread``, ``slower:<PCT>``, ``slower_gpu:<GPU>:<PCT>`` (nvdeploy/sim/perf.py): the Diagnostic test's
+  per-GPU gigaflops info message (JSON only) varies by node and GPU, or is PCT% of a healthy GPU's.
 - ``driver_missing``: nv-hostengine cannot start (as ``hostengine_down``); ``gpu_missing``: DCGM lists one GPU less.
 """
 
@@ -25,11 +27,14 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from nvdeploy.sim import perf
 from nvdeploy.sim.scenario import NodeScenario, node_facts, register_fault
 from nvdeploy.sim.tools import ToolOutput, register_tool
 
 DCGM_VERSION = "3.3.5"
 FAIL_GPU = 2
+HEALTHY_GFLOPS = 859.08
+H100_BF16_TFLOPS = 989.4
 DIAG_FAILED_RC = 226
 HOSTENGINE_RC = 255
 HOSTENGINE_ERROR = ("Error: unable to establish a connection to the specified host: localhost\n"
@@ -174,10 +179,24 @@ def diag_results(scenario: NodeScenario, level: int) -> list[tuple[str, str, lis
                 results.append({"gpu_id": str(index), "status": "Fail", "warnings": [
                     {"error_category": 2, "error_id": 40, "error_severity": 2,
                      "warning": FAIL_MESSAGES[key].format(gpu=index)}]})
+            elif key == "diagnostic":
+                # DCGM's Diagnostic (GEMM) plugin reports each GPU's figure as an info message, as DCGM 4 prints it
+                # (tests/fixtures/real/fragments/dcgmi-diag-json-dcgm4-r3-8gpu-diagnostic-test-object-*.json).
+                gflops = diag_gflops(scenario) * perf.factor(scenario.name, scenario.faults, index, max(indexes))
+                results.append({"gpu_id": str(index), "status": "Pass", "info": [
+                    f"GPU {index} calculated at approximately {gflops:.2f} gigaflops during this test"]})
             else:
                 results.append({"gpu_id": str(index), "status": "Pass"})
         out.append((category, name, results))
     return out
+
+
+def diag_gflops(scenario: NodeScenario) -> float:
+    """A healthy GPU's Diagnostic figure: the DCGM 4 capture's 859.08 gigaflops (an 80 GB GPU), scaled by the
+    hardware profile's dense BF16 datasheet figure against H100 SXM's 989.4 TFLOPS. A simulated figure: DCGM
+    publishes none per SKU."""
+    bf16 = (scenario.hardware.extra.get("datasheet") or {}).get("bf16_tflops")
+    return HEALTHY_GFLOPS * (float(bf16) / H100_BF16_TFLOPS if bf16 else 1.0)
 
 
 def _json(scenario: NodeScenario, tests: list[tuple[str, str, list[dict[str, Any]]]]) -> str:

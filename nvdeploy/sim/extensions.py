@@ -9,6 +9,9 @@ from nvdeploy.sim import fake_nvml  # noqa: E402,F401
 # The datacenter tools (NVLink, PCIe, fabric manager, InfiniBand, DCGM, nccl-tests) and their faults.
 from nvdeploy.sim import datacenter, dcgm_tool, nccl_tool  # noqa: E402,F401  isort: skip
 
+# Measured figures relative to a healthy node: the fleet's spread, slower:<PCT>, slower_gpu:<GPU>:<PCT>.
+from nvdeploy.sim import perf  # noqa: E402,F401  isort: skip
+
 # Stateful nodes: packages, services, modules, GPU settings that install/optimize change, kept across runs.
 from nvdeploy.sim import state, systools  # noqa: E402,F401  isort: skip
 

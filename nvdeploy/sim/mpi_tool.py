@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from nvdeploy.hostrange import HostRangeError, expand
+from nvdeploy.sim import perf
 from nvdeploy.sim.nccl_tool import HEALTHY_MARGIN, LOW_BW_FACTOR, NCCL_CODE, NCCL_TESTS_VERSION, NCCL_VERSION, busbw_at
 from nvdeploy.sim.nccl_tool import _bytes as parse_size
 from nvdeploy.sim.nccl_tool import _time as fmt_time
@@ -156,6 +157,8 @@ def multinode_table(scenario: NodeScenario, hosts: Sequence[tuple[str, int]], en
     peak = float(nccl.get("multinode_busbw_gbps", 45.0)) * HEALTHY_MARGIN
     if every & {"nccl_low_bw", "ib_port_down"}:
         peak *= LOW_BW_FACTOR
+    # A synchronous collective goes as fast as its slowest member (slower:<PCT>, nvdeploy/sim/perf.py).
+    peak *= min((perf.slower_factor(f or ()) for f in faults.values()), default=1.0)
     ranks = sum(slots for _, slots in hosts)
     program = ["all_reduce_perf", *program]
     low = parse_size(_option(program, "-b", "8G")) or 1

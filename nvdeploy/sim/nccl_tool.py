@@ -17,6 +17,7 @@ Faults:
 - ``nccl_low_bw``: busbw at 60% of the healthy figure (below any 95% floor; the average fails the gate).
 - ``nccl_wrong``: the in-place ``#wrong`` of the two largest sizes is 2048 and 4096; out of bounds 6144 FAILED.
 - ``nccl_hang``: all_reduce_perf never returns.
+- ``fleet_spread``, ``slower:<PCT>`` (nvdeploy/sim/perf.py): the busbw varies by node, or is PCT% of a healthy one.
 - ``fabricmanager_down`` on NVSwitch SKUs: ``Test CUDA failure common.cu:941 'system not yet initialized'``
   replaces the table; ``driver_missing``: ``'no CUDA-capable device is detected'``; ``-g`` above the visible GPU
   count (``gpu_missing``): ``'invalid device ordinal'``.
@@ -29,7 +30,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 
-from nvdeploy.sim import tools
+from nvdeploy.sim import perf, tools
 from nvdeploy.sim.scenario import NodeScenario, node_facts, register_fault
 from nvdeploy.sim.tools import ToolOutput, register_tool
 
@@ -145,6 +146,7 @@ def all_reduce_perf(scenario: NodeScenario, args: Sequence[str], env: Mapping[st
                "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  "
                "(GB/s)  (GB/s)       "]
     peak = healthy_busbw(scenario) * (LOW_BW_FACTOR if scenario.has("nccl_low_bw") else 1.0)
+    peak *= perf.factor(scenario.name, scenario.faults)  # fleet_spread, slower:<PCT> (nvdeploy/sim/perf.py)
     sizes = []
     size = low
     while size <= high:

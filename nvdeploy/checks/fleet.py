@@ -1,0 +1,312 @@
+"""``fleet.performance`` (cluster stage): each measured figure of a node judged against its peers of the same
+profile in the run, by the median and the median absolute deviation (MAD), not only against the datasheet floor.
+
+A node at 92% of its peers' bandwidth passes a 90% floor and still holds back every synchronous step of a large
+job; the fleet rule names it. :func:`judge` is the pure rule over one figure's samples; :func:`evaluate_fleet`
+gathers the samples from the nodes' facts (results.json ``facts``) and turns the judgements into findings.
+"""
+
+from __future__ import annotations
+
+import statistics
+import textwrap
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence
+
+from nvdeploy.checks.registry import CLUSTER_CHECKS
+from nvdeploy.hostrange import fold
+from nvdeploy.results import Finding, NodeResult, Remediation, Verdict
+
+CHECK_ID = "fleet.performance"
+# 0.6745 is the 0.75 quantile of the standard normal: with it the MAD-based z of normally spread figures reads like
+# a standard z-score (Iglewicz and Hoaglin's modified z-score).
+MAD_Z = 0.6745
+SHOWN_OUTLIERS = 20  # outliers named in a cluster finding's summary; all of them are in its observed value
+
+SOURCES = (
+    "https://github.com/Azure/ai-infrastructure-on-azure/blob/main/skills/ai-infra/references/outlier_detection.md",
+    "https://github.com/Azure/ai-infrastructure-on-azure/blob/main/skills/ai-infra/references/sku_baselines.md",
+)
+
+
+@dataclass(frozen=True)
+class FleetRule:
+    """When a figure is an outlier (profile section ``fleet``, per figure under ``fleet.figures``).
+
+    ``z_min_pct``: a robust z alone counts only when the figure is also at least this far below the median. A fleet
+    whose spread is below the tools' own repeatability (nccl-tests at 8 GiB repeats to a fraction of a percent) has
+    a tiny MAD, and a z-score over it would name noise; 0 turns the guard off."""
+
+    min_nodes: int = 8
+    warn_pct: float = 3.5
+    fail_pct: float = 7.0
+    warn_z: float = 3.0
+    fail_z: float = 5.0
+    z_min_pct: float = 1.0
+
+
+DEFAULT_RULE = FleetRule()
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A measured figure: the summary fact that holds it (a number, or {GPU index: number} for ``per_gpu``)."""
+
+    id: str
+    fact: str
+    what: str
+    unit: str
+    per_gpu: bool
+    source_check: str
+
+
+FIGURES = (
+    Figure("nccl_busbw", "nccl_all_reduce_busbw_gbps", "nccl-tests all_reduce busbw (single node, largest size)",
+           "GB/s", False, "nccl.all_reduce"),
+    Figure("dcgm_gflops", "dcgm_diag_gflops", "DCGM diag Diagnostic (GEMM) figure", "gigaflops", True,
+           "dcgm.diag_r3/r4"),
+)
+
+
+@dataclass(frozen=True)
+class Sample:
+    node: str
+    value: float
+    gpu: Optional[int] = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.node} GPU{self.gpu}" if self.gpu is not None else self.node
+
+
+@dataclass(frozen=True)
+class Outlier:
+    sample: Sample
+    verdict: Verdict  # WARN or FAIL
+    pct_below: float
+    z: Optional[float]  # None when the MAD is 0 (no spread): then only the percent rule applies
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One figure over one profile's nodes. ``verdict`` SKIP: too few nodes (``reason`` says so), never PASS."""
+
+    verdict: Verdict
+    nodes: int
+    samples: int
+    median: Optional[float] = None
+    mad: Optional[float] = None
+    low: Optional[float] = None
+    high: Optional[float] = None
+    outliers: tuple[Outlier, ...] = ()
+    reason: str = ""
+
+
+def rule_for(section: Optional[Mapping[str, Any]], figure: str) -> Optional[FleetRule]:
+    """The rule of ``figure`` from a profile's ``fleet`` section (validated by profile_schema); None when the
+    profile turns the figure off (``figures: {<figure>: {enabled: false}}``)."""
+    section = section or {}
+    keys = FleetRule.__dataclass_fields__
+    values: dict[str, Any] = {k: section[k] for k in keys if k in section}
+    per_figure = (section.get("figures") or {}).get(figure) or {}
+    if per_figure.get("enabled") is False:
+        return None
+    values.update({k: per_figure[k] for k in keys if k in per_figure})
+    return FleetRule(**values)
+
+
+def fleet_section(profile: Any) -> dict[str, Any]:
+    """A profile's ``fleet`` section as plain data, for the run's header ({} when it has none: the defaults)."""
+    section = (getattr(profile, "extra", None) or {}).get("fleet") or {}
+    return {k: ({f: dict(body) for f, body in v.items()} if k == "figures" else v) for k, v in section.items()}
+
+
+def robust_z(value: float, median: float, mad: float) -> Optional[float]:
+    return MAD_Z * (value - median) / mad if mad > 0 else None
+
+
+def judge(samples: Sequence[Sample], rule: FleetRule = DEFAULT_RULE) -> Judgement:
+    """Judge one figure (higher is better) over ``samples`` of one profile: a sample is FAIL when it is
+    ``fail_pct``% or more below the median or its robust z (0.6745 (x - median) / MAD) is <= -``fail_z``, WARN at
+    ``warn_pct`` / -``warn_z``; a z counts only ``z_min_pct``% or more below the median. MAD 0 (every node alike):
+    the percent rule alone. Fewer than ``min_nodes`` distinct nodes: SKIP, whatever the values."""
+    nodes = len({s.node for s in samples})
+    if nodes < rule.min_nodes:
+        return Judgement(Verdict.SKIP, nodes, len(samples), reason=(
+            f"measured on {nodes} node{'s' if nodes != 1 else ''}, fewer than the {rule.min_nodes} needed to judge a "
+            "node against its peers (fleet.min_nodes): not judged"))
+    values = [s.value for s in samples]
+    median = statistics.median(values)
+    mad = statistics.median(abs(v - median) for v in values)
+    low, high = min(values), max(values)
+    if median <= 0:
+        return Judgement(Verdict.SKIP, nodes, len(samples), median, mad, low, high,
+                         reason=f"the median is {median:g}: no relative rule applies")
+    outliers = []
+    for sample in samples:
+        # Rounded so that a figure exactly at a threshold (3.5% below) is judged at it, not a float's width off.
+        pct = round((median - sample.value) / median * 100, 6)
+        z = robust_z(sample.value, median, mad)
+        z_counts = z is not None and pct >= rule.z_min_pct
+        if pct >= rule.fail_pct or (z_counts and z is not None and z <= -rule.fail_z):
+            verdict = Verdict.FAIL
+        elif pct >= rule.warn_pct or (z_counts and z is not None and z <= -rule.warn_z):
+            verdict = Verdict.WARN
+        else:
+            continue
+        outliers.append(Outlier(sample, verdict, pct, z))
+    outliers.sort(key=lambda o: (-o.verdict.severity, -o.pct_below, o.sample.node, o.sample.gpu or 0))
+    verdict = Verdict.worst([o.verdict for o in outliers], default=Verdict.PASS)
+    return Judgement(verdict, nodes, len(samples), median, mad, low, high, tuple(outliers))
+
+
+def _number(value: Any) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def samples_of(figure: Figure, nodes: Sequence[NodeResult]) -> dict[str, list[Sample]]:
+    """The figure's samples by profile stamp, from each node's facts; nodes without the figure are left out."""
+    out: dict[str, list[Sample]] = defaultdict(list)
+    for node in nodes:
+        value = node.facts.get(figure.fact) if node.profile else None
+        if value is None:
+            continue
+        if figure.per_gpu and isinstance(value, Mapping):
+            for gpu, number in sorted(value.items(), key=lambda kv: int(kv[0]) if str(kv[0]).isdigit() else -1):
+                figure_value = _number(number)
+                if figure_value is not None and str(gpu).isdigit():
+                    out[node.profile].append(Sample(node.name, figure_value, int(gpu)))
+        elif not figure.per_gpu:
+            figure_value = _number(value)
+            if figure_value is not None:
+                out[node.profile].append(Sample(node.name, figure_value))
+    return out
+
+
+def _z_text(z: Optional[float]) -> str:
+    return f"robust z {z:.1f}" if z is not None else "robust z n/a: no spread (MAD 0)"
+
+
+def _short(outlier: Outlier, unit: str) -> str:
+    z = f", z {outlier.z:.1f}" if outlier.z is not None else ""
+    deviation = f"-{outlier.pct_below:.1f}%{z}"
+    return f"{outlier.sample.label} {outlier.sample.value:g} {unit} ({deviation}) {outlier.verdict.value}"
+
+
+def _population(judgement: Judgement, figure: Figure, profile: str) -> str:
+    gpus = f", {judgement.samples} GPUs" if figure.per_gpu else ""
+    return f"{judgement.nodes} {profile} nodes{gpus}"
+
+
+def _cluster_finding(figure: Figure, profile: str, judgement: Judgement, rule: FleetRule,
+                     samples: Sequence[Sample]) -> Finding:
+    head = f"{figure.what} on {_population(judgement, figure, profile)}"
+    observed: dict[str, Any] = {"figure": figure.id, "profile": profile, "nodes": judgement.nodes,
+                                "samples": judgement.samples}
+    if judgement.verdict is Verdict.SKIP:
+        return Finding(CHECK_ID, Verdict.SKIP, f"{figure.what} on {profile}: {judgement.reason}", observed=observed,
+                       unit=figure.unit, profile=profile)
+    assert judgement.median is not None and judgement.mad is not None
+    values: dict[str, Any] = {}
+    for sample in samples:
+        if sample.gpu is None:
+            values[sample.node] = sample.value
+        else:
+            values.setdefault(sample.node, {})[str(sample.gpu)] = sample.value
+    observed.update(median=round(judgement.median, 3), mad=round(judgement.mad, 3), min=judgement.low,
+                    max=judgement.high, values=values,
+                    outliers=[{"node": o.sample.node, "gpu": o.sample.gpu, "value": o.sample.value,
+                               "pct_below": round(o.pct_below, 2), "z": round(o.z, 2) if o.z is not None else None,
+                               "verdict": o.verdict.value} for o in judgement.outliers])
+    mad_pct = judgement.mad / judgement.median * 100
+    stats = (f"median {judgement.median:g} {figure.unit}, MAD {judgement.mad:.3g} ({mad_pct:.2g}%), "
+             f"lowest {judgement.low:g}, highest {judgement.high:g}")
+    expected = f"within {rule.warn_pct:g}% of the median and robust z > -{rule.warn_z:g}"
+    if not judgement.outliers:
+        return Finding(CHECK_ID, Verdict.PASS, f"{head}: {stats}; none {rule.warn_pct:g}% below the median or at "
+                       f"robust z <= -{rule.warn_z:g}", observed=observed, expected=expected, unit=figure.unit,
+                       profile=profile)
+    shown = "; ".join(_short(o, figure.unit) for o in judgement.outliers[:SHOWN_OUTLIERS])
+    more = len(judgement.outliers) - SHOWN_OUTLIERS
+    named = fold(sorted({o.sample.node for o in judgement.outliers}))
+    return Finding(CHECK_ID, judgement.verdict, f"{head}: {stats}; {len(judgement.outliers)} below their peers "
+                   f"({named}): {shown}" + (f"; and {more} more" if more > 0 else ""), observed=observed,
+                   expected=expected, unit=figure.unit, remediation=Remediation.INVESTIGATE, profile=profile)
+
+
+def _node_finding(figure: Figure, profile: str, judgement: Judgement, rule: FleetRule, outlier: Outlier) -> Finding:
+    # observed/expected are text with the unit, not a number with ``unit``: the figure itself is the measuring
+    # check's (nccl.all_reduce, dcgm.diag_rN); as a number here it would count twice in charts, diffs and metrics.
+    assert judgement.median is not None
+    sample = outlier.sample
+    where = f"GPU{sample.gpu}: " if sample.gpu is not None else ""
+    threshold = (f"FAIL at {rule.fail_pct:g}% below or robust z <= -{rule.fail_z:g}" if outlier.verdict is Verdict.FAIL
+                 else f"WARN at {rule.warn_pct:g}% below or robust z <= -{rule.warn_z:g}")
+    floor = round(judgement.median * (1 - rule.warn_pct / 100), 3)
+    return Finding(
+        CHECK_ID, outlier.verdict,
+        f"{where}{figure.what} {sample.value:g} {figure.unit} is {outlier.pct_below:.1f}% below the median of "
+        f"{_population(judgement, figure, profile)} ({judgement.median:g} {figure.unit}; {_z_text(outlier.z)}): "
+        f"{threshold}. It may still meet the profile's floor ({figure.source_check}); a straggler holds back every "
+        "synchronous step of a job: check its clocks and throttling (clocks.throttle), power and cooling, PCIe and "
+        "NVLink, then re-test", node=sample.node, observed=f"{sample.value:g} {figure.unit}",
+        expected=f">= {floor:g} {figure.unit}, robust z > -{rule.warn_z:g}", gpu=sample.gpu,
+        remediation=Remediation.INVESTIGATE, profile=profile)
+
+
+def evaluate_fleet(nodes: Sequence[NodeResult], rules: Optional[Mapping[str, Mapping[str, Any]]] = None
+                   ) -> tuple[list[NodeResult], list[Finding]]:
+    """The fleet.performance findings: one cluster finding per figure and profile that some node measured (SKIP
+    below ``min_nodes``), and a WARN/FAIL on each outlier node (by GPU for per-GPU figures). ``rules``: profile
+    stamp -> that profile's ``fleet`` section (the run's header keeps it, so a resumed run judges alike)."""
+    rules = rules or {}
+    per_node: dict[str, list[Finding]] = defaultdict(list)
+    cluster: list[Finding] = []
+    for figure in FIGURES:
+        for profile, samples in sorted(samples_of(figure, nodes).items()):
+            rule = rule_for(rules.get(profile), figure.id)
+            if rule is None:
+                continue
+            judgement = judge(samples, rule)
+            cluster.append(_cluster_finding(figure, profile, judgement, rule, samples))
+            for outlier in judgement.outliers:
+                per_node[outlier.sample.node].append(_node_finding(figure, profile, judgement, rule, outlier))
+    updated = [n.with_findings(per_node[n.name]) if n.name in per_node else n for n in nodes]
+    return updated, cluster
+
+
+def _doc() -> str:
+    """The ``checks show fleet.performance`` text, from the figures and default rule above."""
+    rule = DEFAULT_RULE
+    figures = "; ".join(f"``{f.id}`` {f.what} ({f.unit}, from {f.source_check}{', per GPU' if f.per_gpu else ''})"
+                        for f in FIGURES)
+    paragraphs = (
+        "Judges each measured figure of a node against its peers: the nodes of the same profile in this run. "
+        f"Figures: {figures}. Each figure is judged at every level that measured it.",
+        "Rule (higher is better): with the median and the MAD (median absolute deviation) of the figure over the "
+        "profile's nodes (over their GPUs for a per-GPU figure), a value is FAIL when it is ``fail_pct`` (default "
+        f"{rule.fail_pct:g}%) or more below the median or its robust z = 0.6745 (x - median) / MAD is <= -``fail_z`` "
+        f"(default {rule.fail_z:g}); WARN at ``warn_pct`` ({rule.warn_pct:g}%) or -``warn_z`` ({rule.warn_z:g}). "
+        f"A z counts only when the value is also ``z_min_pct`` ({rule.z_min_pct:g}%) or more below the median (a "
+        "spread under the tools' repeatability would make noise an outlier). MAD 0 (every node alike): the percent "
+        f"rule alone. Fewer than ``min_nodes`` ({rule.min_nodes}) nodes: SKIP, saying so, never PASS.",
+        "Findings: per figure and profile a cluster finding (median, MAD, lowest and highest, every value in "
+        "``observed``) naming every outlier; on each outlier node a WARN or FAIL (INVESTIGATE) with its figure, the "
+        "median, and the deviation in % and in z, by GPU for a per-GPU figure. A figure below the profile's floor "
+        "is also its own check's FAIL.",
+        "Thresholds: the profile's ``fleet`` section, e.g. ``fleet: {min_nodes: 10, warn_pct: 3, fail_pct: 6, "
+        "figures: {dcgm_gflops: {fail_z: 4}, nccl_busbw: {enabled: false}}}``.",
+        "Sources: Azure's published HPC/AI node-validation rules warn at 3.5% and fail (file a Guest Health Report) "
+        "at 7% below the SKU's expected figure, and flag fleet outliers by a z-score or its robust median/MAD "
+        f"variant (0.6745), with ten or more nodes: {SOURCES[0]} ; per-SKU figures: {SOURCES[1]} . Here the "
+        "percentages are taken from the fleet's median rather than a datasheet figure (the profile's floors "
+        "already judge that), and the z thresholds are stricter (-3 and -5, not -2) because every outlier becomes "
+        "a finding.",
+    )
+    return "\n\n".join(textwrap.fill(p, 116, break_long_words=False, break_on_hyphens=False) for p in paragraphs)
+
+
+CLUSTER_CHECKS[CHECK_ID] = _doc()

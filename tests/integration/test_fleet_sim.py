@@ -1,0 +1,135 @@
+"""fleet.performance over a simulated fleet: 32 nodes whose healthy figures spread by +-1% (fleet_spread); one node
+at 92% (slower:92), one GPU at 90% (slower_gpu:3:90) and one node at 96% (slower:96, above the nccl floor).
+Exactly those are named, with their figure and deviation; the healthy 29 are not. A fleet under 8 nodes SKIPs."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+
+from nvdeploy.engine import EngineOptions
+from nvdeploy.inventory import load_inventory
+from nvdeploy.levels import load_levels
+from nvdeploy.phases.validate import run_validate
+from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.results import ClusterVerdict, Verdict
+
+from nvdeploy.sim import tools  # noqa: F401  isort: skip  (every simulated tool first: dcgm_tool alone is a cycle)
+from nvdeploy.sim import dcgm_tool, perf  # noqa: E402  isort: skip
+from nvdeploy.sim.nccl_tool import HEALTHY_MARGIN  # noqa: E402  isort: skip
+
+CATALOG = ProfileCatalog()
+LEVELS = load_levels()
+# The full level's node checks (DCGM r3 prints the per-GPU figure) and the fleet stage, without the multi-node
+# stages (their own tests cover them).
+CHECKS = tuple(c for c in LEVELS["full"] if c not in ("nccl.multinode", "rdma.gpudirect"))
+SLOW, SLOW_GPU_NODE, SLIGHTLY_SLOW = "gpu07", "gpu19", "gpu25"
+FAULTS = {SLOW: ["slower:92"], SLOW_GPU_NODE: ["slower_gpu:3:90"], SLIGHTLY_SLOW: ["slower:96"]}
+
+
+def run(tmp_path: Path, count: int, faults: dict[str, list[str]], checks=CHECKS, level: str = "full"):
+    lines = ["all:", "  vars: {connection: sim, profile: h100-sxm-8x, cluster: fleet, dcgm_timeout: 30, "
+             "nccl_timeout: 30}", "  hosts:"]
+    for i in range(1, count + 1):
+        name = f"gpu{i:02d}"
+        lines.append(f"    {name}: {{sim_faults: {json.dumps(['fleet_spread', *faults.get(name, [])])}}}")
+    path = tmp_path / "fleet.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return run_validate(load_inventory(path, CATALOG), CATALOG, EngineOptions(checks=checks), tmp_path / "r",
+                        level=level)
+
+
+def fleet_findings(outcome):
+    return {n.name: [f for f in n.findings if f.check == "fleet.performance"] for n in outcome.run.nodes}
+
+
+def cluster_finding(outcome, figure):
+    return next(f for f in outcome.run.cluster_findings
+                if f.check == "fleet.performance" and f.observed["figure"] == figure)
+
+
+def busbw(name: str, faults: list[str]) -> float:
+    """What the simulated all_reduce_perf prints at 8 GiB for this node (%6.2f, out-of-place)."""
+    return round(476 * HEALTHY_MARGIN * perf.factor(name, ["fleet_spread", *faults]), 2)
+
+
+def gflops(name: str, gpu: int, faults: list[str]) -> float:
+    return round(dcgm_tool.HEALTHY_GFLOPS * perf.factor(name, ["fleet_spread", *faults], gpu, 7), 2)
+
+
+@pytest.fixture(scope="module")
+def outcome(tmp_path_factory):
+    return run(tmp_path_factory.mktemp("fleet32"), 32, FAULTS)
+
+
+def test_exactly_the_slow_node_and_gpu_are_named(outcome):
+    named = {name for name, found in fleet_findings(outcome).items() if found}
+    assert named == {SLOW, SLOW_GPU_NODE, SLIGHTLY_SLOW}
+    found = fleet_findings(outcome)
+    # gpu07: its busbw and each of its 8 GPUs; gpu19: GPU3 only; gpu25 (4% slower, MAD ~0.5%): its busbw and GPUs.
+    assert sorted((f.gpu if f.gpu is not None else -1, f.verdict) for f in found[SLOW]) == \
+        [(-1, Verdict.FAIL)] + [(g, Verdict.FAIL) for g in range(8)]
+    assert [(f.gpu, f.verdict) for f in found[SLOW_GPU_NODE]] == [(3, Verdict.FAIL)]
+    assert found[SLOW_GPU_NODE][0].observed.endswith(" gigaflops")
+    assert sorted(f.gpu if f.gpu is not None else -1 for f in found[SLIGHTLY_SLOW]) == [-1, *range(8)]
+    assert all(f.verdict in (Verdict.WARN, Verdict.FAIL) for f in found[SLIGHTLY_SLOW])
+
+
+def test_the_figures_and_deviations_are_the_measured_ones(outcome):
+    nccl = cluster_finding(outcome, "nccl_busbw")
+    values = nccl.observed["values"]
+    assert len(values) == 32 and values[SLOW] == busbw(SLOW, FAULTS[SLOW])
+    median = statistics.median(values.values())
+    assert nccl.observed["median"] == pytest.approx(median, abs=1e-3)
+    # The healthy figure, within the spread: the median sits at the healthy 480.76 GB/s +-1%.
+    assert abs(median / 480.76 - 1) < 0.01
+    (slow,) = [o for o in nccl.observed["outliers"] if o["node"] == SLOW]
+    assert slow["value"] == busbw(SLOW, FAULTS[SLOW])
+    assert slow["pct_below"] == pytest.approx((median - slow["value"]) / median * 100, abs=0.01)
+    assert 7 <= slow["pct_below"] <= 9 and slow["z"] <= -5
+    summary = next(f for f in fleet_findings(outcome)[SLOW] if f.gpu is None).summary
+    assert f"{slow['value']:g} GB/s is {slow['pct_below']:.1f}% below the median of 32 h100-sxm-8x" in summary
+    z_shown = float(re.search(r"robust z (-[0-9.]+)\)", summary).group(1))
+    assert z_shown == pytest.approx(slow["z"], abs=0.06)
+
+    gemm = cluster_finding(outcome, "dcgm_gflops")
+    assert gemm.observed["samples"] == 256 and gemm.observed["nodes"] == 32
+    (gpu3,) = [o for o in gemm.observed["outliers"] if o["node"] == SLOW_GPU_NODE]
+    assert gpu3["gpu"] == 3 and gpu3["value"] == gflops(SLOW_GPU_NODE, 3, FAULTS[SLOW_GPU_NODE])
+    assert 9 <= gpu3["pct_below"] <= 11 and gpu3["z"] <= -5
+    gpu_finding = fleet_findings(outcome)[SLOW_GPU_NODE][0]
+    assert gpu_finding.summary.startswith(f"GPU3: DCGM diag Diagnostic (GEMM) figure {gpu3['value']:g} gigaflops "
+                                          f"is {gpu3['pct_below']:.1f}% below the median of 32 h100-sxm-8x")
+    assert {o["node"] for o in gemm.observed["outliers"]} == {SLOW, SLOW_GPU_NODE, SLIGHTLY_SLOW}
+
+
+def test_the_fleet_rule_catches_what_the_floor_passes(outcome):
+    by_name = {n.name: n for n in outcome.run.nodes}
+    nccl = [f for f in by_name[SLIGHTLY_SLOW].findings if f.check == "nccl.all_reduce"]
+    assert [f.verdict for f in nccl] == [Verdict.PASS]  # 96% of a healthy node (101%) is above the 95% floor
+    assert {f.check for f in by_name[SLIGHTLY_SLOW].findings
+            if f.verdict not in (Verdict.PASS, Verdict.SKIP)} == {"fleet.performance"}
+    healthy = [n for n in outcome.run.nodes if n.name not in FAULTS]
+    assert len(healthy) == 29 and all(n.verdict is Verdict.PASS for n in healthy), \
+        [(n.name, [f.summary for f in n.findings if f.verdict is not Verdict.PASS]) for n in healthy]
+    assert outcome.run.verdict is ClusterVerdict.NOT_READY
+
+
+def test_results_json_keeps_the_figures_and_the_header_the_rule(outcome):
+    data = json.loads((outcome.run_dir / "results.json").read_text())
+    gpu19 = next(n for n in data["nodes"] if n["name"] == SLOW_GPU_NODE)
+    assert len(gpu19["facts"]["dcgm_diag_gflops"]) == 8
+    header = json.loads((outcome.run_dir / "results.jsonl").read_text().splitlines()[0])
+    assert header["fleet"] == {"h100-sxm-8x@2026.11.1": {}}
+
+
+def test_a_small_fleet_says_it_is_too_small(tmp_path):
+    outcome = run(tmp_path, 3, {"gpu02": ["slower:80"]}, checks=LEVELS["standard"], level="standard")
+    fleet = [f for f in outcome.run.cluster_findings if f.check == "fleet.performance"]
+    assert [(f.observed["figure"], f.verdict) for f in fleet] == [("nccl_busbw", Verdict.SKIP)]
+    assert "measured on 3 nodes, fewer than the 8 needed" in fleet[0].summary
+    assert not any(fleet_findings(outcome).values())

@@ -1,0 +1,249 @@
+"""fleet.performance: the median/MAD rule over one figure (zero spread, fewer than the minimum of nodes, a 32-node
+fleet), its thresholds from the profile, the findings it makes, and the DCGM Diagnostic figure it reads."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from nvdeploy.checks.fleet import (
+    CHECK_ID,
+    DEFAULT_RULE,
+    FIGURES,
+    FleetRule,
+    Sample,
+    evaluate_fleet,
+    fleet_section,
+    judge,
+    robust_z,
+    rule_for,
+)
+from nvdeploy.checks.registry import CLUSTER_CHECKS
+from nvdeploy.levels import load_levels
+from nvdeploy.parse_facts import diag_gflops
+from nvdeploy.parsers.dcgm import parse_dcgm_diag
+from nvdeploy.profile_schema import FLEET_FIGURES
+from nvdeploy.profiles import load_profile_file
+from nvdeploy.results import Finding, NodeResult, Remediation, Verdict
+from nvdeploy.yamlfile import ConfigError
+
+REAL = Path(__file__).parent.parent / "fixtures" / "real"
+H100 = "h100-sxm-8x@2026.11.1"
+
+
+def fleet(values: list[float]) -> list[Sample]:
+    return [Sample(f"gpu{i + 1:02d}", v) for i, v in enumerate(values)]
+
+
+def node(name: str, profile: str = H100, **facts) -> NodeResult:
+    return NodeResult(name, (Finding("gpu.count", Verdict.PASS, "8 GPUs", node=name),), profile=profile, facts=facts)
+
+
+# --- the rule -------------------------------------------------------------------------------------------------------
+
+def test_zero_spread_judges_by_percent_only():
+    # Every healthy simulated node reports the same figure: MAD 0, so no z; the percent rule still names nodes.
+    samples = fleet([480.0] * 9 + [446.4, 463.2, 470.0])  # 7.0%, 3.5% and 2.08% below
+    result = judge(samples)
+    assert result.median == 480.0 and result.mad == 0.0
+    named = {o.sample.node: (o.verdict, round(o.pct_below, 2), o.z) for o in result.outliers}
+    assert named == {"gpu10": (Verdict.FAIL, 7.0, None), "gpu11": (Verdict.WARN, 3.5, None)}
+    assert result.verdict is Verdict.FAIL
+
+
+def test_all_alike_passes():
+    result = judge(fleet([480.0] * 8))
+    assert result.verdict is Verdict.PASS and result.outliers == () and result.nodes == 8
+
+
+@pytest.mark.parametrize("count", [1, 2, 7])
+def test_fewer_than_eight_nodes_skip_and_say_so(count):
+    # A fleet of two is never PASS, even with one node far below the other.
+    result = judge(fleet([480.0, 200.0, 480.0, 480.0, 480.0, 480.0, 480.0][:count]))
+    assert result.verdict is Verdict.SKIP and result.outliers == ()
+    assert f"measured on {count} node" in result.reason and "fewer than the 8 needed" in result.reason
+
+
+def test_minimum_counts_nodes_not_gpus():
+    # 4 nodes x 8 GPUs are 32 samples but 4 nodes: too few peers.
+    samples = [Sample(f"n{n}", 859.0, gpu) for n in range(4) for gpu in range(8)]
+    assert judge(samples).verdict is Verdict.SKIP
+    assert judge(samples, FleetRule(min_nodes=4)).verdict is Verdict.PASS
+
+
+def test_thirty_two_node_fleet_names_only_the_straggler():
+    healthy = [480.76 * (1 + (i - 15.5) / 15.5 * 0.01) for i in range(31)]  # +-1% around the healthy figure
+    values = healthy[:6] + [480.76 * 0.92] + healthy[6:]
+    result = judge(fleet(values))
+    assert result.nodes == 32
+    median = statistics.median(values)
+    mad = statistics.median(abs(v - median) for v in values)
+    assert [o.sample.node for o in result.outliers] == ["gpu07"]
+    straggler = result.outliers[0]
+    assert straggler.verdict is Verdict.FAIL
+    assert straggler.pct_below == pytest.approx((median - values[6]) / median * 100, abs=1e-4)
+    assert straggler.z == pytest.approx(0.6745 * (values[6] - median) / mad)
+    assert straggler.z < -5 and 7.5 < straggler.pct_below < 8.5
+
+
+def test_robust_z_alone_warns_and_fails():
+    # Median 100, MAD 0.5: 2.5% below is z -3.37 (WARN by z alone, under 3.5%); 4% below is z -5.4 (FAIL by z,
+    # under 7%).
+    base = [100.0] * 5 + [99.5] * 3 + [100.5] * 3
+    warn = judge(fleet(base + [97.5]))
+    assert (warn.median, warn.mad) == (100.0, 0.5)
+    (outlier,) = warn.outliers
+    assert outlier.verdict is Verdict.WARN and outlier.pct_below == 2.5 and outlier.z == pytest.approx(-3.3725)
+    fail = judge(fleet(base + [96.0]))
+    (outlier,) = fail.outliers
+    assert outlier.verdict is Verdict.FAIL and outlier.pct_below == 4.0 and outlier.z == pytest.approx(-5.396)
+
+
+def test_z_needs_the_minimum_deviation():
+    # A spread below the tools' repeatability: 0.5% below the median is z -6.7 but not named by default.
+    values = [480.0 + (0.05 if i % 2 else -0.05) for i in range(10)] + [477.6]
+    assert judge(fleet(values)).outliers == ()
+    strict = judge(fleet(values), FleetRule(z_min_pct=0))
+    assert [(o.sample.node, o.verdict) for o in strict.outliers] == [("gpu11", Verdict.FAIL)]
+
+
+def test_above_the_median_is_never_an_outlier():
+    assert judge(fleet([480.0] * 9 + [600.0])).outliers == ()
+
+
+def test_median_zero_is_skip_not_pass():
+    result = judge(fleet([0.0] * 9))
+    assert result.verdict is Verdict.SKIP and "median is 0" in result.reason
+
+
+def test_robust_z_without_spread():
+    assert robust_z(470.0, 480.0, 0.0) is None
+    assert robust_z(470.0, 480.0, 2.0) == pytest.approx(-3.3725)
+
+
+# --- thresholds from the profile ------------------------------------------------------------------------------------
+
+def test_rule_defaults_overrides_and_per_figure():
+    assert rule_for(None, "nccl_busbw") == DEFAULT_RULE == FleetRule(8, 3.5, 7.0, 3.0, 5.0, 1.0)
+    section = {"min_nodes": 10, "warn_pct": 3, "figures": {"nccl_busbw": {"fail_pct": 6}, "dcgm_gflops":
+                                                         {"enabled": False}}}
+    assert rule_for(section, "nccl_busbw") == FleetRule(min_nodes=10, warn_pct=3, fail_pct=6)
+    assert rule_for(section, "dcgm_gflops") is None
+
+
+def test_figures_listed_in_the_schema():
+    assert tuple(f.id for f in FIGURES) == FLEET_FIGURES
+
+
+def write_profile(tmp_path: Path, fleet_yaml: str) -> Path:
+    path = tmp_path / "p.yaml"
+    path.write_text("name: p\nversion: '1'\ngpu: {count: 8, model: X, memory_mib: 1000, pci_device_id: '0001'}\n"
+                    + fleet_yaml)
+    return path
+
+
+def test_profile_fleet_section_loads_and_goes_to_the_header(tmp_path):
+    profile = load_profile_file(write_profile(
+        tmp_path, "fleet:\n  min_nodes: 10\n  fail_z: 4\n  figures:\n    dcgm_gflops: {warn_pct: 2, enabled: true}\n"))
+    section = fleet_section(profile)
+    assert section == {"min_nodes": 10, "fail_z": 4, "figures": {"dcgm_gflops": {"warn_pct": 2, "enabled": True}}}
+    json.dumps(section)  # the run's header carries it
+    assert rule_for(section, "dcgm_gflops") == FleetRule(min_nodes=10, fail_z=4, warn_pct=2)
+
+
+@pytest.mark.parametrize("body, key, line", [
+    ("fleet:\n  warn_pct: -1\n", "fleet.warn_pct", 5),
+    ("fleet:\n  min_node: 8\n", "fleet.min_node", 5),
+    ("fleet:\n  min_nodes: 1\n", "fleet.min_nodes", 5),
+    ("fleet:\n  figures:\n    gemm: {warn_pct: 2}\n", "fleet.figures", 5),
+    ("fleet:\n  figures:\n    nccl_busbw: {warn: 2}\n", "fleet.figures", 5),
+])
+def test_bad_fleet_section_names_file_line_and_key(tmp_path, body, key, line):
+    path = write_profile(tmp_path, body)
+    with pytest.raises(ConfigError) as caught:
+        load_profile_file(path)
+    text = str(caught.value)
+    assert key in text and str(path) in text and f":{line}" in text
+
+
+def test_in_the_standard_level_and_shown_with_rule_and_sources():
+    assert CHECK_ID in load_levels()["standard"]
+    text = CLUSTER_CHECKS[CHECK_ID]
+    for needle in ("median", "MAD", "0.6745", "3.5%", "-``fail_z`` (default 5)", "(8) nodes: SKIP", "never PASS",
+                   "github.com/Azure/ai-infrastructure-on-azure", "outlier_detection.md", "nccl_busbw",
+                   "dcgm_gflops"):
+        assert needle in text, needle
+
+
+# --- findings -------------------------------------------------------------------------------------------------------
+
+def test_node_and_gpu_outliers_are_named_with_figure_median_and_deviation():
+    nodes = [node(f"gpu{i:02d}", nccl_all_reduce_busbw_gbps=480.0,
+                  dcgm_diag_gflops={str(g): 859.0 for g in range(8)}) for i in range(1, 10)]
+    nodes[3] = node("gpu04", nccl_all_reduce_busbw_gbps=441.6, dcgm_diag_gflops={str(g): 859.0 for g in range(8)})
+    nodes[5] = node("gpu06", nccl_all_reduce_busbw_gbps=480.0,
+                    dcgm_diag_gflops={**{str(g): 859.0 for g in range(8)}, "3": 773.1})
+    updated, cluster = evaluate_fleet(nodes, {})
+    by_name = {n.name: [f for f in n.findings if f.check == CHECK_ID] for n in updated}
+    assert {name for name, found in by_name.items() if found} == {"gpu04", "gpu06"}
+    (busbw,) = by_name["gpu04"]
+    assert busbw.verdict is Verdict.FAIL and busbw.gpu is None and busbw.observed == "441.6 GB/s"
+    assert busbw.expected == ">= 463.2 GB/s, robust z > -3"  # WARN starts 3.5% below the median
+    assert busbw.remediation is Remediation.INVESTIGATE and busbw.profile == H100
+    assert "441.6 GB/s is 8.0% below the median of 9 h100-sxm-8x@2026.11.1 nodes (480 GB/s" in busbw.summary
+    assert "no spread (MAD 0)" in busbw.summary
+    (gemm,) = by_name["gpu06"]
+    assert gemm.gpu == 3 and gemm.verdict is Verdict.FAIL and gemm.summary.startswith("GPU3: DCGM diag Diagnostic")
+    assert "10.0% below the median of 9 h100-sxm-8x@2026.11.1 nodes, 72 GPUs (859 gigaflops" in gemm.summary
+    assert [f.observed["figure"] for f in cluster] == ["nccl_busbw", "dcgm_gflops"]
+    assert all(f.verdict is Verdict.FAIL for f in cluster)
+    assert cluster[0].observed["outliers"] == [{"node": "gpu04", "gpu": None, "value": 441.6, "pct_below": 8.0,
+                                                "z": None, "verdict": "FAIL"}]
+    assert "gpu06 GPU3 773.1 gigaflops (-10.0%) FAIL" in cluster[1].summary
+    assert cluster[1].observed["values"]["gpu06"]["3"] == 773.1
+    # The healthy nodes are the same objects: nothing to re-journal.
+    assert updated[0] is nodes[0]
+
+
+def test_profiles_are_separate_fleets_and_a_small_one_skips():
+    nodes = [node(f"a{i}", nccl_all_reduce_busbw_gbps=480.0) for i in range(8)]
+    nodes += [node(f"b{i}", "l40s-8x@1", nccl_all_reduce_busbw_gbps=v) for i, v in enumerate((22.0, 22.0, 10.0))]
+    updated, cluster = evaluate_fleet(nodes, {})
+    verdicts = {f.profile: f.verdict for f in cluster}
+    assert verdicts == {H100: Verdict.PASS, "l40s-8x@1": Verdict.SKIP}
+    skip = next(f for f in cluster if f.verdict is Verdict.SKIP)
+    assert "measured on 3 nodes, fewer than the 8 needed" in skip.summary
+    assert all(not [f for f in n.findings if f.check == CHECK_ID] for n in updated)
+    passed = next(f for f in cluster if f.verdict is Verdict.PASS)
+    assert "median 480 GB/s" in passed.summary and "none 3.5% below the median" in passed.summary
+
+
+def test_nothing_measured_nothing_said_and_profile_can_turn_a_figure_off():
+    assert evaluate_fleet([node(f"n{i}") for i in range(10)], {}) == ([node(f"n{i}") for i in range(10)], [])
+    nodes = [node(f"n{i}", nccl_all_reduce_busbw_gbps=480.0) for i in range(10)]
+    _, cluster = evaluate_fleet(nodes, {H100: {"figures": {"nccl_busbw": {"enabled": False}}}})
+    assert cluster == []
+
+
+def test_profile_thresholds_apply():
+    nodes = [node(f"n{i}", nccl_all_reduce_busbw_gbps=480.0) for i in range(9)]
+    nodes.append(node("slow", nccl_all_reduce_busbw_gbps=460.8))  # 4% below
+    _, cluster = evaluate_fleet(nodes, {})
+    assert cluster[0].verdict is Verdict.WARN
+    _, cluster = evaluate_fleet(nodes, {H100: {"warn_pct": 5}})
+    assert cluster[0].verdict is Verdict.PASS
+    _, cluster = evaluate_fleet(nodes, {H100: {"min_nodes": 11}})
+    assert cluster[0].verdict is Verdict.SKIP
+
+
+# --- the DCGM Diagnostic figure --------------------------------------------------------------------------------------
+
+def test_gflops_read_from_a_real_dcgm4_diagnostic_object():
+    text = (REAL / "fragments" / "dcgmi-diag-json-dcgm4-r3-8gpu-diagnostic-test-object-trailing-comma.json").read_text()
+    facts = parse_dcgm_diag(text)
+    # The capture has info lists on GPUs 0-2, the gigaflops line on GPUs 0 and 1 only.
+    assert diag_gflops({3: facts}) == {"0": 859.08, "1": 859.08}
+    assert diag_gflops({}) == {}

@@ -1,0 +1,112 @@
+"""Waivers: a named finding on named nodes/GPUs accepted until a date (fixed clock), shown WAIVED with owner and
+expiry, not counted until it expires; malformed and expired waivers are errors naming file and line."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from nvdeploy.results import ClusterVerdict, Finding, NodeResult, Remediation, Verdict, cluster_verdict
+from nvdeploy.waivers import apply_waivers, expired, load_waivers, parse_waivers
+from nvdeploy.yamlfile import ConfigError, load_yaml_text
+
+KNOWN = ("memory.remapped_rows", "nccl.all_reduce", "fleet.performance", "kmsg.xid")
+UNTIL = dt.date(2027, 1, 15)
+WAIVERS = """waivers:
+  - check: memory.remapped_rows
+    nodes: gpu017
+    gpus: [3]
+    until: 2027-01-15
+    owner: jdoe@example.com
+    reason: "remapped rows: RMA 4711 open"
+  - check: fleet.performance
+    nodes: ["gpu[020-021]"]
+    until: "2027-02-01"
+    owner: ops
+    reason: slow node known, replacement ordered
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "waivers.yaml"
+    path.write_text(text)
+    return path
+
+
+def remap(node: str, gpu: int, verdict: Verdict = Verdict.FAIL) -> Finding:
+    return Finding("memory.remapped_rows", verdict, f"GPU{gpu}: remapped rows pending", node=node, gpu=gpu,
+                   remediation=Remediation.RESET_GPU)
+
+
+def nodes() -> list[NodeResult]:
+    return [NodeResult("gpu017", (remap("gpu017", 3),)),
+            NodeResult("gpu018", (remap("gpu018", 3),)),
+            NodeResult("gpu020", (Finding("fleet.performance", Verdict.WARN, "4.0% below the median", node="gpu020"),
+                                  Finding("kmsg.xid", Verdict.FAIL, "Xid 79", node="gpu020")))]
+
+
+def test_a_waiver_hides_a_fail_until_its_date_then_it_counts_again(tmp_path):
+    waivers = load_waivers(write(tmp_path, WAIVERS), KNOWN)
+    on_the_day = apply_waivers(nodes(), waivers, UNTIL)
+    waived = on_the_day[0].findings[0]
+    assert waived.verdict is Verdict.SKIP and on_the_day[0].verdict is not Verdict.FAIL
+    assert waived.summary.startswith("WAIVED FAIL until 2027-01-15 (owner jdoe@example.com: remapped rows: RMA 4711 "
+                                     f"open; {tmp_path / 'waivers.yaml'}:2): GPU3: remapped rows pending")
+    assert waived.gpu == 3 and waived.remediation is Remediation.RESET_GPU
+    assert on_the_day[1].verdict is Verdict.FAIL  # another node: not waived
+    assert expired(waivers, UNTIL) == []
+    day_after = apply_waivers(nodes(), waivers, UNTIL + dt.timedelta(days=1))
+    assert day_after[0].findings[0].verdict is Verdict.FAIL and day_after[0] == nodes()[0]
+    (message,) = expired(waivers, UNTIL + dt.timedelta(days=1))
+    assert message.startswith(f"{tmp_path / 'waivers.yaml'}:2: waiver of memory.remapped_rows on 1 node(s) by "
+                              "jdoe@example.com expired on 2027-01-15") and "count again" in message
+
+
+def test_the_exit_code_ignores_waived_findings_only():
+    waivers = load_waivers_text(WAIVERS)
+    result = apply_waivers(nodes()[:1], waivers, UNTIL)
+    assert cluster_verdict([n.verdict for n in result]) is ClusterVerdict.READY
+    # gpu020: its fleet WARN is waived, its Xid FAIL is not.
+    gpu020 = apply_waivers(nodes()[2:], waivers, UNTIL)[0]
+    assert [f.verdict for f in gpu020.findings] == [Verdict.SKIP, Verdict.FAIL]
+    assert cluster_verdict([gpu020.verdict]) is ClusterVerdict.NOT_READY
+
+
+def test_only_the_named_gpu_and_never_an_error():
+    waivers = load_waivers_text(WAIVERS)
+    node = NodeResult("gpu017", (remap("gpu017", 2), remap("gpu017", 3, Verdict.ERROR)))
+    assert apply_waivers([node], waivers, UNTIL)[0] is node
+
+
+def load_waivers_text(text: str):
+    return parse_waivers(load_yaml_text(text, "waivers.yaml"), "waivers.yaml", KNOWN)
+
+
+@pytest.mark.parametrize("text, line, key, message", [
+    ("waivers: {}\n", 1, "waivers", "needs a 'waivers:' list"),
+    ("waivers:\n  - check: memory.remapped_rows\n    nodes: gpu1\n    owner: a\n    reason: b\n", 2, "until",
+     "missing required key"),
+    ("waivers:\n  - check: memory.remapped_rows\n    nodes: gpu1\n    until: 15.01.2027\n    owner: a\n"
+     "    reason: b\n", 4, "until", "must be a date YYYY-MM-DD"),
+    ("waivers:\n  - check: memory.remapped_rows\n    nodes: gpu1\n    until: 2027-13-01\n    owner: a\n"
+     "    reason: b\n", None, "until", "month must be in 1..12"),
+    ("waivers:\n  - check: memory.nope\n    nodes: gpu1\n    until: 2027-01-01\n    owner: a\n    reason: b\n", 2,
+     "check", "unknown check 'memory.nope'"),
+    ("waivers:\n  - check: kmsg.xid\n    nodes: gpu1\n    until: 2027-01-01\n    owner: a\n    reason: b\n"
+     "    expires: 2027-01-01\n", 7, "expires", "unknown key"),
+    ("waivers:\n  - check: kmsg.xid\n    nodes: gpu[1-\n    until: 2027-01-01\n    owner: a\n    reason: b\n", 3,
+     "nodes", "not a host range"),
+    ("waivers:\n  - check: kmsg.xid\n    nodes: gpu1\n    gpus: [a]\n    until: 2027-01-01\n    owner: a\n"
+     "    reason: b\n", 4, "gpus", "GPU index"),
+    ("waivers:\n  - check: kmsg.xid\n    nodes: gpu1\n    until: 2027-01-01\n    owner: ''\n    reason: b\n", 5,
+     "owner", "non-empty string"),
+])
+def test_a_malformed_waiver_names_file_line_and_key(tmp_path, text, line, key, message):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_waivers(path, KNOWN)
+    error = caught.value
+    assert (error.file, error.line, error.key) == (str(path), line, key), error.render()
+    assert message in error.message

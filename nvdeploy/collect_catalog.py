@@ -76,7 +76,11 @@ NCCL_ALL_REDUCE = Collector(
     heavy=True, description="nccl-tests all_reduce_perf across every GPU of the node, 1-8 GiB, validated",
     timeout_var="nccl_timeout", build=build_nccl_all_reduce)
 
+# How long the node has been up: nvlink.fabric says how long after boot a GPU's registration is still pending.
+UPTIME = Collector(
+    "uptime", ("cat", "/proc/uptime"), 10.0, description="seconds since boot (/proc/uptime)")
+
 # This module's part of the catalog, in the order `nvdeploy/collect.py` lists it.
 COLLECTORS: tuple[Collector, ...] = (
     NVLINK, TOPO, FABRICMANAGER, FABRICMANAGER_VERSION, LSMOD, IBSTAT, OFED, DCGM_VERSION, DCGM_DISCOVERY,
-    COMPUTE_APPS, *DCGM_DIAG.values(), NCCL_ALL_REDUCE)
+    COMPUTE_APPS, *DCGM_DIAG.values(), NCCL_ALL_REDUCE, UPTIME)

@@ -108,7 +108,8 @@ def _transport(host: Host, catalog: ProfileCatalog, options: EngineOptions, peer
         # The cluster keys the node's mutable state (nvdeploy/sim/state.py): install, then validate, see the same.
         cluster = str(host.get("cluster") or Path(host.file).stem)
         return sim_transport(host.name, profile, host.faults, sku, cluster,
-                             [(p.address, p.faults) for p in peers if p.name != host.name], connect_timeout)
+                             [(p.address, p.faults) for p in peers if p.name != host.name], connect_timeout,
+                             rack=host.get("rack"))
     if connection == "local":
         from nvdeploy.transport.local import LocalTransport
 

@@ -20,6 +20,8 @@ from typing import Any, Mapping, Optional, Protocol
 
 from nvdeploy.checks import CHECKS, NodeContext
 from nvdeploy.checks.heavy_gate import HeavySkip, compute_processes, skip_for
+from nvdeploy.checks.nvlink_domain import FABRIC_CHECK, tray_fact
+from nvdeploy.checks.nvlink_domain import FACT as DOMAIN_FACT
 from nvdeploy.parse_facts import node_facts, summary_facts
 from nvdeploy.profiles import Profile
 from nvdeploy.results import CommandResult, ErrorReason, Finding, Remediation, Verdict
@@ -65,6 +67,9 @@ def evaluate(job: EvaluationJob) -> Evaluation:
                                     node=job.node, reason=ErrorReason.UNPARSEABLE,
                                     remediation=Remediation.INVESTIGATE, profile=stamp))
     summary = summary_facts(facts)
+    if job.profile.nvlink_domain is not None and FABRIC_CHECK in job.check_ids and facts.get("smi") is not None:
+        # The tray's NVLink domain(s) and the domain's size, for nvlink.domain in the cluster stage.
+        summary[DOMAIN_FACT] = tray_fact(facts["smi"], job.profile.nvlink_domain)
     processes = compute_processes(by_name)
     if processes is not None:
         summary["compute_processes"] = processes  # what the busy guard saw, in results.json

@@ -25,6 +25,7 @@ from nvdeploy.checks import (
     mps,
     nccl,
     nvlink,
+    nvlink_fabric,
     pcie,
     power,
     rdma,
@@ -38,6 +39,8 @@ CHECK_MODULES = (
     driver, driver_flavour, gpu, kmsg, memory, system,
     # The datacenter catalog: NVLink, PCIe, fabric manager, InfiniBand, clocks/thermals/MIG, versions, DCGM, nccl-tests.
     clocks, dcgm, fabric, ib, nccl, nvlink, pcie, versions,
+    # Rack-scale NVLink on the node: fabric registration of each GPU (NVL72 trays), the driver's recovery action.
+    nvlink_fabric,
     # The GPU stack around the driver: containers, CUDA toolkit/driver compatibility, MPS; power; RDMA.
     container, cuda, mps, power, rdma,
     # The Kubernetes GPU Operator (cluster stage on the controller, nvdeploy/phases/k8s.py).

@@ -92,6 +92,11 @@ def evaluate_cluster(nodes: Sequence[NodeResult], racks_of: Optional[Mapping[str
     from nvdeploy.checks.power import evaluate_power
 
     findings.extend(evaluate_power(updated, racks_of))
+    # The trays of each multi-node NVLink domain, from the trays' nvlink_fabric facts (checks/nvlink_domain.py).
+    from nvdeploy.checks.nvlink_domain import evaluate_domains
+
+    updated, more = evaluate_domains(updated, racks_of)
+    findings.extend(more)
     if fleet is not None:
         # Each measured figure against the node's peers of the same profile (nvdeploy/checks/fleet.py).
         from nvdeploy.checks.fleet import evaluate_fleet

@@ -16,6 +16,7 @@ from nvdeploy.checks.cluster import VERSION_CONSISTENCY, evaluate_cluster
 from nvdeploy.checks.fleet import CHECK_ID as FLEET_CHECK
 from nvdeploy.checks.fleet import FIGURES as FLEET_FIGURES
 from nvdeploy.checks.fleet import fleet_section
+from nvdeploy.checks.nvlink_domain import FACT as DOMAIN_FACT
 from nvdeploy.checks.power import NODE_CHECK as POWER_NODE_CHECK
 from nvdeploy.checks.registry import CLUSTER_CHECKS
 from nvdeploy.engine import EngineOptions, NodeRunner, run_hosts
@@ -60,6 +61,8 @@ def _user() -> str:
 # cluster checks compare and the reports' node table shows, and the findings the power budget sums.
 BRIEF_FACTS = tuple(dict.fromkeys(REPORT_FACTS + tuple(key for key, _check, _what in VERSION_CONSISTENCY)
                                   + tuple(figure.fact for figure in FLEET_FIGURES)))
+# nvlink.domain groups the trays by the NVLink domains their GPUs registered with (nvdeploy/checks/nvlink_domain.py).
+BRIEF_FACTS = BRIEF_FACTS + (DOMAIN_FACT,)
 BRIEF_FINDINGS = (POWER_NODE_CHECK,)
 
 

@@ -20,3 +20,6 @@ from nvdeploy.sim import mpi_tool  # noqa: E402,F401  isort: skip
 
 # The GPU stack around the driver: CUDA toolkits (find), MPS control.
 from nvdeploy.sim import stack_tools  # noqa: E402,F401  isort: skip
+
+# NVL72 trays: each GPU's NVLink fabric registration (one domain per rack), recovery action, C2C, platform info.
+from nvdeploy.sim import nvl72  # noqa: E402,F401  isort: skip

@@ -14,6 +14,9 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
+from nvdeploy.probe.nvml_probe import FABRIC_STATES as PROBE_STATES
+from nvdeploy.probe.nvml_probe import FABRIC_SUMMARY as PROBE_SUMMARY
+from nvdeploy.probe.nvml_probe import RECOVERY_ACTION_FIELD, RECOVERY_ACTIONS
 from nvdeploy.sim.scenario import NodeFacts, NodeScenario, node_facts, register_fault
 from nvdeploy.sim.smi_xml import fabric_attached
 from nvdeploy.sim.tools import OUTPUT_FILTERS, ToolOutput, register_tool
@@ -43,7 +46,20 @@ class FabricInfoV3(ctypes.Structure):
                 ("healthSummary", ctypes.c_uint8)]
 
 
+class PlatformInfoV2(ctypes.Structure):
+    """nvmlPlatformInfo_v2_t: where a rack-scale GPU sits (chassis, slot, tray, module)."""
+
+    _fields_ = [("version", ctypes.c_uint), ("ibGuid", ctypes.c_uint8 * 16),
+                ("chassisSerialNumber", ctypes.c_char * 16), ("slotNumber", ctypes.c_uint8),
+                ("trayIndex", ctypes.c_uint8), ("hostId", ctypes.c_uint8), ("peerType", ctypes.c_uint8),
+                ("moduleId", ctypes.c_uint8)]
+
+
 FABRIC_STATE_COMPLETED = 3
+# nvmlGpuFabricInfo's codes, by the words nvidia-smi prints (the probe's tables read backwards).
+FABRIC_STATES = {v: k for k, v in PROBE_STATES.items()}
+FABRIC_SUMMARY = {v: k for k, v in PROBE_SUMMARY.items()}
+FABRIC_BANDWIDTH = {"Degraded": 1, "Full": 2}
 
 
 def fake_nvml(facts: NodeFacts) -> Any:
@@ -126,10 +142,21 @@ def fake_nvml(facts: NodeFacts) -> Any:
     nvml.nvmlDeviceGetTotalEccErrors = total_ecc
 
     def fabric_info(g: Any, ref: Any) -> int:
+        info = ref._obj  # the structure behind ctypes.byref()
+        if g.fabric is not None:  # a rack-scale tray (nvdeploy/sim/nvl72.py): what its XML prints
+            fabric = g.fabric
+            done = fabric.state == "Completed"
+            info.state = FABRIC_STATES[fabric.state]
+            info.status, info.cliqueId = 0, fabric.clique_id if done else 0
+            if done:
+                info.clusterUuid[:] = list(bytes.fromhex(fabric.cluster_uuid.replace("-", "")))
+            info.healthSummary = FABRIC_SUMMARY.get(fabric.health, 0)
+            # bandwidth bits 0-1, the three route flags False (2) at bits 2-7; configuration, partition N/A (0).
+            info.healthMask = (FABRIC_BANDWIDTH.get(fabric.bandwidth, 0) | 2 << 2 | 2 << 4 | 2 << 6) if done else 0
+            return 0
         # What the simulated XML prints: registered, clique 0 in no cluster, health not reported (as H100/H200).
         if not fabric_attached(facts, g):
             raise NVMLError(NOT_SUPPORTED)
-        info = ref._obj  # the structure behind ctypes.byref()
         info.state, info.status, info.cliqueId, info.healthMask, info.healthSummary = FABRIC_STATE_COMPLETED, 0, 0, 0, 0
         return 0
 
@@ -137,7 +164,45 @@ def fake_nvml(facts: NodeFacts) -> Any:
     nvml.nvmlDeviceGetGpuFabricInfoV = fabric_info
     for name in [n for n in vars(nvml) if n.startswith("nvmlDevice") and n not in _LOST_ANSWERS]:
         setattr(nvml, name, _unless_lost(getattr(nvml, name)))
+    _rack_scale(nvml)
     return nvml
+
+
+def _tray_only(g: Any) -> None:
+    """What NVML answers a rack-scale call with: NOT_SUPPORTED off a tray (nvidia-smi prints no such element, lost
+    or not), GPU_IS_LOST on a lost tray GPU."""
+    if g.fabric is None:
+        raise NVMLError(NOT_SUPPORTED)
+    if g.lost:
+        raise NVMLError(GPU_IS_LOST)
+
+
+def _rack_scale(nvml: Any) -> None:
+    """The calls only an NVL72 tray's GPU answers (nvdeploy/sim/nvl72.py): recovery action, platform info, C2C."""
+
+    def field_values(g: Any, fields: Sequence[int]) -> list[Any]:
+        # Only the recovery action (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION), where the XML prints one.
+        if g.recovery_action is None or list(fields) != [RECOVERY_ACTION_FIELD]:
+            raise NVMLError(NOT_SUPPORTED)
+        _tray_only(g)
+        code = next(k for k, v in RECOVERY_ACTIONS.items() if v == g.recovery_action)
+        return [types.SimpleNamespace(nvmlReturn=0, value=types.SimpleNamespace(uiVal=code))]
+
+    def platform_info(g: Any, ref: Any) -> int:
+        _tray_only(g)
+        info = ref._obj
+        info.chassisSerialNumber = g.fabric.chassis_serial.encode()
+        info.slotNumber, info.trayIndex, info.moduleId = g.fabric.slot, g.fabric.tray, g.module_id
+        return 0
+
+    def c2c(g: Any) -> Any:
+        _tray_only(g)
+        return types.SimpleNamespace(isC2cEnabled=1)
+
+    nvml.nvmlDeviceGetFieldValues = field_values
+    nvml.c_nvmlPlatformInfo_v2_t = PlatformInfoV2
+    nvml.nvmlDeviceGetPlatformInfo = platform_info
+    nvml.nvmlDeviceGetC2cModeInfoV = c2c
 
 
 def _unless_lost(function: Any) -> Any:

@@ -36,7 +36,8 @@ FAKE_TOOLS = ("nvidia-smi", "lspci", "dmesg", "journalctl", "dcgmi", "ibstat", "
               "find", "nvidia-cuda-mps-control", "docker", "ib_write_bw")
 # Tools simulated only for some first arguments (a shell ``case`` pattern); every other call runs the real program,
 # which the batch script itself needs (``cat`` of its own temp files). name -> (pattern, real program).
-PARTIAL_TOOLS = {"cat": ("/etc/os-release|/proc/sys/kernel/random/boot_id|*nvdeploy*|/etc/modprobe.d/*|/etc/cdi/*"
+PARTIAL_TOOLS = {"cat": ("/etc/os-release|/proc/sys/kernel/random/boot_id|/proc/uptime|*nvdeploy*|/etc/modprobe.d/*"
+                         "|/etc/cdi/*"
                          "|/etc/docker/*|/etc/containerd/*", "/bin/cat"),
                  "grep": ("-rsH", "/bin/grep"),
                  # only the cuda_toolkits collector's listing; the test machine's own /usr/local must not leak in

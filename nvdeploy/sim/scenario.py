@@ -125,6 +125,8 @@ class NodeScenario:
     # node's state file (default: nvd-state.json in the node's HOME).
     cluster: str | None = None
     state_file: str | None = None
+    # The inventory's ``rack`` var: the trays of one rack share an NVLink domain (nvdeploy/sim/nvl72.py).
+    rack: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "faults", tuple(self.faults))
@@ -161,7 +163,8 @@ class NodeScenario:
             "cluster_driver": self.cluster_driver,
             "peers": [[address, list(faults)] for address, faults in self.peers],
         }
-        data.update({k: v for k, v in (("cluster", self.cluster), ("state_file", self.state_file)) if v is not None})
+        data.update({k: v for k, v in (("cluster", self.cluster), ("state_file", self.state_file), ("rack", self.rack))
+                     if v is not None})
         return json.dumps(data, indent=None, sort_keys=False)
 
     @classmethod
@@ -169,7 +172,8 @@ class NodeScenario:
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError("scenario JSON must be an object")
-        unknown = set(data) - {"name", "profile", "faults", "sku", "cluster_driver", "peers", "cluster", "state_file"}
+        unknown = set(data) - {"name", "profile", "faults", "sku", "cluster_driver", "peers", "cluster", "state_file",
+                               "rack"}
         if unknown:
             raise ValueError(f"unknown scenario keys: {', '.join(sorted(unknown))}")
         for key in ("name", "profile"):
@@ -187,13 +191,29 @@ class NodeScenario:
         peers = data.get("peers") or []
         if not isinstance(peers, list) or not all(isinstance(p, list) and len(p) == 2 for p in peers):
             raise ValueError("scenario key 'peers' must be a list of [address, [faults]]")
-        for key in ("cluster", "state_file"):
+        for key in ("cluster", "state_file", "rack"):
             if data.get(key) is not None and not isinstance(data[key], str):
                 raise ValueError(f"scenario key {key!r} must be a string or null")
         return cls(name=data["name"], profile=catalog.get(data["profile"]), faults=tuple(faults),
                    sku=catalog.get(sku) if sku is not None else None, cluster_driver=driver,
                    peers=tuple((str(a), tuple(f)) for a, f in peers), cluster=data.get("cluster"),
-                   state_file=data.get("state_file"))
+                   state_file=data.get("state_file"), rack=data.get("rack"))
+
+
+@dataclass(frozen=True)
+class SimFabric:
+    """A GPU's NVLink fabric registration as a rack-scale tray reports it (nvdeploy/sim/nvl72.py): the ``<fabric>``
+    block of DTD v13 and the tray's ``<platformInfo>``."""
+
+    state: str = "Completed"
+    status: str = "Success"
+    clique_id: int = 0
+    cluster_uuid: str = "00000000-0000-0000-0000-000000000000"
+    health: str = "Healthy"
+    bandwidth: str = "Full"
+    chassis_serial: str = ""
+    slot: int = 0
+    tray: int = 0
 
 
 @dataclass(frozen=True)
@@ -231,6 +251,10 @@ class SimGpu:
     lost: bool = False
     # ``ecc_unknown``: the ECC error counters cannot be read (NVML_ERROR_UNKNOWN).
     ecc_unreadable: bool = False
+    # A tray of a multi-node NVLink domain (nvdeploy/sim/nvl72.py): its fabric registration, the driver's recovery
+    # action (None: not printed, as drivers before it) and C2C. None elsewhere: the output stays as it was.
+    fabric: SimFabric | None = None
+    recovery_action: str | None = None
 
     @property
     def bus_id(self) -> str:
@@ -276,10 +300,10 @@ def architecture(device_id: str, model: str = "") -> str:
         return "Hopper"
     if 0x24 <= major <= 0x28:
         return "Ada Lovelace"
-    if 0x29 <= major <= 0x2F:
+    if 0x29 <= major <= 0x31:  # GB200 2941, GB300 31c2, B300 3182
         return "Blackwell"
     for key, arch in (("A100", "Ampere"), ("H100", "Hopper"), ("H200", "Hopper"), ("B200", "Blackwell"),
-                      ("L40", "Ada Lovelace")):
+                      ("B300", "Blackwell"), ("L40", "Ada Lovelace")):
         if key in model:
             return arch
     return "N/A"

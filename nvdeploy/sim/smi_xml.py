@@ -143,6 +143,37 @@ def fabric_attached(facts: NodeFacts, gpu: SimGpu) -> bool:
     return any(facts.nvswitches) and gpu.architecture != "Ampere"
 
 
+def _fabric_node(gpu: SimGpu, fallback: tuple[str, str, str, str]) -> Node:
+    """``<fabric>``: a rack-scale tray's registration and health as DTD v13 prints it (the real GB200 capture's
+    shape); elsewhere the registration of an NVSwitch system with the health not reported."""
+    fabric = gpu.fabric
+    if fabric is None:
+        return ("fabric", [("state", fallback[0]), ("status", fallback[1]), ("cliqueId", fallback[2]),
+                           ("clusterUuid", fallback[3]),
+                           ("health", [(k, NA) for k in ("summary", "bandwidth", "route_recovery_in_progress",
+                                                         "route_unhealthy", "access_timeout_recovery",
+                                                         "incorrect_configuration", "partition_assigned")])])
+    done = fabric.state == "Completed"
+    flag = "False" if done else NA
+    return ("fabric", [("state", fabric.state), ("status", fabric.status if done else NA),
+                       ("cliqueId", str(fabric.clique_id) if done else NA),
+                       ("clusterUuid", fabric.cluster_uuid if done else NA),
+                       ("health", [("summary", fabric.health), ("bandwidth", fabric.bandwidth),
+                                   ("route_recovery_in_progress", flag), ("route_unhealthy", flag),
+                                   ("access_timeout_recovery", flag), ("incorrect_configuration", NA),
+                                   ("partition_assigned", NA)])])
+
+
+def _platform_info(gpu: SimGpu) -> list[Node]:
+    """``<platformInfo>`` of a rack-scale tray's GPU (where it sits in the rack); nothing elsewhere."""
+    if gpu.fabric is None:
+        return []
+    return [("platformInfo", [("chassis_serial_number", gpu.fabric.chassis_serial),
+                              ("slot_number", str(gpu.fabric.slot)), ("tray_index", str(gpu.fabric.tray)),
+                              ("host_id", "1"), ("peer_type", "Switch Connected"),
+                              ("module_id", str(gpu.module_id)), ("gpu_fabric_guid", f"0x{gpu.bus:016x}")])]
+
+
 def _power_readings(facts: NodeFacts, draw: float | None, limit: float | None, min_limit: float | None) -> list[Node]:
     limits: list[Node] = [("current_power_limit", _watts(limit)), ("requested_power_limit", _watts(limit)),
                           ("default_power_limit", _watts(limit)), ("min_power_limit", _watts(min_limit)),
@@ -189,13 +220,16 @@ def _gpu_node(facts: NodeFacts, gpu: SimGpu) -> Node:
         ("gpu_part_number", f"{gpu.pci_device_id.upper()}-885-A1"),
         ("gpu_fru_part_number", NA),
         ("gpu_module_id", str(gpu.module_id)),
+        *_platform_info(gpu),
         ("inforom_version", [("img_version", _INFOROM.get(gpu.architecture, "G520.0200.00.05")),
                              ("oem_object", "2.1"), ("ecc_object", "7.16"), ("pwr_object", NA)]),
         ("inforom_bbx_flush", [("latest_timestamp", f"{SIM_TIME:%Y/%m/%d} 05:52:57.891"),
                                ("latest_duration", "91568 us")]),
         ("gpu_operation_mode", [("current_gom", NA), ("pending_gom", NA)]),
+        *([("c2c_mode", "Enabled")] if gpu.fabric is not None else []),
         ("gsp_firmware_version", facts.driver_version),
         ("gpu_virtualization_mode", [("virtualization_mode", "None"), ("host_vgpu_mode", NA)]),
+        *([("gpu_recovery_action", gpu.recovery_action)] if gpu.recovery_action is not None else []),
         ("gpu_reset_status", [("reset_required", "No"), ("drain_and_reset_recommended", "No")]),
         ("ibmnpu", [("relaxed_ordering_mode", NA)]),
         ("pci", [
@@ -294,10 +328,7 @@ def _gpu_node(facts: NodeFacts, gpu: SimGpu) -> Node:
         ("max_customer_boost_clocks", [("graphics_clock", f"{graphics} MHz")]),
         ("clock_policy", [("auto_boost", NA), ("auto_boost_default", NA)]),
         ("voltage", [("graphics_volt", "670.000 mV")]),
-        ("fabric", [("state", fabric[0]), ("status", fabric[1]), ("cliqueId", fabric[2]), ("clusterUuid", fabric[3]),
-                    ("health", [(k, NA) for k in ("summary", "bandwidth", "route_recovery_in_progress",
-                                                  "route_unhealthy", "access_timeout_recovery",
-                                                  "incorrect_configuration", "partition_assigned")])]),
+        _fabric_node(gpu, fabric),
         ("supported_clocks", [("supported_mem_clock", supported)]),
         ("processes", []),
         ("accounted_processes", []),
@@ -330,7 +361,9 @@ def _gpu_template(facts: NodeFacts, gpu: SimGpu) -> str:
 
 def render_xml(facts: NodeFacts) -> str:
     """``nvidia-smi -q -x`` output for the GPUs nvidia-smi sees."""
-    out = ['<?xml version="1.0" ?>', '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">', "<nvidia_smi_log>"]
+    # Rack-scale trays run drivers of DTD v13 (580 and later), which added the fabric health and recovery action.
+    dtd = "v13" if any(g.fabric is not None for g in facts.gpus) else "v12"
+    out = ['<?xml version="1.0" ?>', f'<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_{dtd}.dtd">', "<nvidia_smi_log>"]
     if facts.smi_format == "r610":
         versions: list[Node] = [("driver_version", facts.driver_version + DRIVER_NOTE),
                                 ("cuda_version", facts.cuda_version + CUDA_NOTE),

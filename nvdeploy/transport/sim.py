@@ -14,12 +14,15 @@ from nvdeploy.transport.base import CommandSpec, Transport, TransportError
 
 
 def sim_transport(name: str, profile: Profile, faults: Sequence[str], sku: Optional[Profile], cluster: str,
-                  peers: Sequence[tuple[str, Sequence[str]]], connect_timeout_s: float) -> SimTransport:
+                  peers: Sequence[tuple[str, Sequence[str]]], connect_timeout_s: float,
+                  rack: Optional[str] = None) -> SimTransport:
     """A simulated node (an inventory host with ``connection: sim``): the profile it is expected to match, its
     faults, the SKU it really is, the cluster its mutable state is keyed by (install, then validate, see the same)
-    and its peers (address, faults) for the multi-node tools."""
+    and its peers (address, faults) for the multi-node tools; ``rack`` (the inventory var) puts an NVL72 tray in
+    its rack's NVLink domain."""
     scenario = NodeScenario(name, profile, tuple(faults), sku, cluster=cluster,
-                            peers=tuple((address, tuple(f)) for address, f in peers))
+                            peers=tuple((address, tuple(f)) for address, f in peers),
+                            rack=str(rack) if rack is not None else None)
     return SimTransport(scenario, connect_timeout_s)
 
 

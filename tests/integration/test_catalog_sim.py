@@ -125,7 +125,10 @@ def test_full_level_replaces_dcgm_r2_by_r3():
 
 @pytest.mark.parametrize("profile", CATALOG.names())
 def test_healthy_nodes_of_every_profile_pass_the_full_level(tmp_path, profile):
-    outcome = run(tmp_path, {"n1": [], "n2": []}, level="full", profile=profile)
+    # A tray of an NVL72 rack passes only with its rack: a whole NVLink domain of trays (nvlink.domain).
+    domain = CATALOG.get(profile).nvlink_domain
+    hosts = {f"n{i}": [] for i in range(1, 1 + (domain.trays if domain else 2))}
+    outcome = run(tmp_path, hosts, level="full", profile=profile)
     assert outcome.run.verdict is ClusterVerdict.READY, [
         (f.node, f.check, f.summary) for n in outcome.run.nodes for f in n.findings if f.verdict is not Verdict.PASS
         and f.verdict is not Verdict.SKIP]

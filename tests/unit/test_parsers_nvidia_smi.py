@@ -122,6 +122,14 @@ TEXT_EXPECT: dict[str, dict[str, Any]] = {
         "gpu": {0: {"index": 0, "pci_bus_id": "00000000:63:00.0", "temperature_c": 26.0},
                 1: {"index": 1, "pci_bus_id": "00000000:68:00.0", "temperature_c": 30.0}},
     },
+    # HGX B300 (7 of its GPUs visible), the R610 header; one GPU per row group, domain 0001 on the second half.
+    "b300-sxm6-ac-7gpu-default-table-r610-610.57.04.txt": {
+        "top": {"driver_version": "610.57.04", "cuda_version": "13.3", "gpu_count_reported": 7}, "n": 7,
+        "all": {"name": "NVIDIA B300 SXM6 AC", "persistence_mode": True, "power_limit_w": 1100.0,
+                "memory_total_mib": 275040, "ecc_uncorrectable_volatile": 0, "mig_mode": False},
+        "gpu": {0: {"index": 0, "pci_bus_id": "00000000:1A:00.0", "temperature_c": 28.0},
+                6: {"index": 6, "pci_bus_id": "00000001:DB:00.0", "temperature_c": 38.0}},
+    },
     "default-table-rtx5070-kmd-cuda-umd-header-610.43.02-EXCERPT.txt": {
         "top": {"driver_version": "610.43.02", "cuda_version": "13.3", "gpu_count_reported": 1}, "n": 1,
         "gpu": {0: {"index": 0, "persistence_mode": False, "power_limit_w": 70.0, "memory_total_mib": 12227,

@@ -23,6 +23,10 @@ EXPECT: dict[str, dict[str, Any]] = {
         "supported": True, "indices": [7], "name": "NVIDIA A100-SXM4-80GB", "links": 12, "speed": 25.0,
         "uuid": "GPU-c7e253b0-c227-6f10-e860-7482c85e7ce8", "message": None,
     },
+    "b300-sxm6-ac-18links-610.57.04.txt": {
+        "supported": True, "indices": list(range(7)), "name": "NVIDIA B300 SXM6 AC", "links": 18, "speed": 53.125,
+        "uuid": "GPU-bce5282f-d716-d136-5759-b7181a7a55df", "message": None,
+    },
     "h100-80gb-hbm3-18links-590.48.01.txt": {
         "supported": True, "indices": [0], "name": "NVIDIA H100 80GB HBM3", "links": 18, "speed": 26.562,
         "uuid": "GPU-00000000-0000-0000-0000-000000000000", "message": None,

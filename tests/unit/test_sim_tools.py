@@ -76,7 +76,9 @@ def test_xml_matches_every_builtin_profile(name: str) -> None:
     profile = CATALOG.get(name)
     out = run(node(profile=name), "sudo", "-n", "--", *XML)
     text = out.stdout.decode()
-    assert text.startswith('<?xml version="1.0" ?>\n<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">\n'
+    # NVL72 trays print the DTD v13 of their R580 drivers (the fabric health, the recovery action).
+    dtd = "v13" if profile.nvlink_domain is not None else "v12"
+    assert text.startswith(f'<?xml version="1.0" ?>\n<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_{dtd}.dtd">\n'
                            "<nvidia_smi_log>\n\t<timestamp>")
     assert text.endswith("\t</gpu>\n\n</nvidia_smi_log>\n")
     root = ET.fromstring(out.stdout)

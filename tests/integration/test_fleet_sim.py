@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import statistics
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 from nvdeploy.engine import EngineOptions
 from nvdeploy.inventory import load_inventory
 from nvdeploy.levels import load_levels
-from nvdeploy.phases.validate import run_validate
+from nvdeploy.phases.validate import rebuild_reports, run_validate
 from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.results import ClusterVerdict, Verdict
 
@@ -125,6 +126,20 @@ def test_results_json_keeps_the_figures_and_the_header_the_rule(outcome):
     assert len(gpu19["facts"]["dcgm_diag_gflops"]) == 8
     header = json.loads((outcome.run_dir / "results.jsonl").read_text().splitlines()[0])
     assert header["fleet"] == {"h100-sxm-8x@2026.11.1": {}}
+
+
+def test_a_report_rebuilt_from_the_journal_judges_alike(outcome, tmp_path):
+    # Without results.json the run is rebuilt from results.jsonl (nodes held in memory, not spooled): the header's
+    # rule gives the same findings.
+    copy = tmp_path / "run"
+    shutil.copytree(outcome.run_dir, copy)
+    (copy / "results.json").unlink()
+    rebuilt = rebuild_reports(copy)
+    before = [(f.summary, f.verdict) for f in outcome.run.cluster_findings if f.check == "fleet.performance"]
+    after = [(f.summary, f.verdict) for f in rebuilt.run.cluster_findings if f.check == "fleet.performance"]
+    assert after == before and len(after) == 2
+    assert {n.name for n in rebuilt.run.nodes if any(f.check == "fleet.performance" for f in n.findings)} == \
+        {SLOW, SLOW_GPU_NODE, SLIGHTLY_SLOW}
 
 
 def test_a_small_fleet_says_it_is_too_small(tmp_path):

@@ -210,12 +210,11 @@ def _cluster_finding(figure: Figure, profile: str, judgement: Judgement, rule: F
         return Finding(CHECK_ID, Verdict.SKIP, f"{figure.what} on {profile}: {judgement.reason}", observed=observed,
                        unit=figure.unit, profile=profile)
     assert judgement.median is not None and judgement.mad is not None
-    values: dict[str, Any] = {}
+    # Each node's figure, its slowest GPU's for a per-GPU figure (one bad GPU holds the node back): one number per
+    # node keeps a 10,000-node run's finding small; the outliers below name every GPU.
+    values: dict[str, float] = {}
     for sample in samples:
-        if sample.gpu is None:
-            values[sample.node] = sample.value
-        else:
-            values.setdefault(sample.node, {})[str(sample.gpu)] = sample.value
+        values[sample.node] = min(sample.value, values.get(sample.node, sample.value))
     observed.update(median=round(judgement.median, 3), mad=round(judgement.mad, 3), min=judgement.low,
                     max=judgement.high, values=values,
                     outliers=[{"node": o.sample.node, "gpu": o.sample.gpu, "value": o.sample.value,
@@ -293,8 +292,9 @@ def _doc() -> str:
         f"A z counts only when the value is also ``z_min_pct`` ({rule.z_min_pct:g}%) or more below the median (a "
         "spread under the tools' repeatability would make noise an outlier). MAD 0 (every node alike): the percent "
         f"rule alone. Fewer than ``min_nodes`` ({rule.min_nodes}) nodes: SKIP, saying so, never PASS.",
-        "Findings: per figure and profile a cluster finding (median, MAD, lowest and highest, every value in "
-        "``observed``) naming every outlier; on each outlier node a WARN or FAIL (INVESTIGATE) with its figure, the "
+        "Findings: per figure and profile a cluster finding (median, MAD, lowest and highest, each node's value in "
+        "``observed``, its slowest GPU's for a per-GPU figure) naming every outlier; on each outlier node a WARN "
+        "or FAIL (INVESTIGATE) with its figure, the "
         "median, and the deviation in % and in z, by GPU for a per-GPU figure. A figure below the profile's floor "
         "is also its own check's FAIL.",
         "Thresholds: the profile's ``fleet`` section, e.g. ``fleet: {min_nodes: 10, warn_pct: 3, fail_pct: 6, "

@@ -24,6 +24,10 @@ under its own timeout.
   ``container_image`` (an image already on the node; never pulled), timeout 300 s (host var ``container_timeout``);
   ``true`` on hosts without an image. In the light batch: it takes seconds, runs beside the others, and only lists
   the GPUs (no load on a busy node), so it needs neither the busy guard nor a round trip of its own.
+- ``imex_service`` (``systemctl is-active nvidia-imex``), ``imex_query`` (``nvidia-imex-ctl -q``) and
+  ``imex_files`` (one ``find`` over /dev/nvidia-caps-imex-channels/channel0, /etc/nvidia-imex/nodes_config.cfg with
+  its sha256, and the DRA driver's /var/lib/kubelet/plugins/compute-domain.nvidia.com), 20 s each: only on hosts
+  that run IMEX themselves (a tray of an NVLink domain, or host var ``imex: true``); ``true`` elsewhere.
 
 The module defines them and registers nothing: :data:`COLLECTORS` lists them for the catalog that
 nvdeploy/collect.py builds.
@@ -31,13 +35,17 @@ nvdeploy/collect.py builds.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from nvdeploy.collector import Collector
 from nvdeploy.stack_commands import (  # noqa: F401  re-exported for the checks and tests
     CDI_LIST_ARGV,
     CONTAINER_FIND_ARGV,
     CUDA_FIND_ARGV,
+    IMEX_FILES_ARGV,
+    IMEX_HOST,
+    IMEX_QUERY_ARGV,
+    IMEX_SERVICE_ARGV,
     KERNEL_DRIVER_FIND_ARGV,
     MPS_HELPER,
     MPS_LOG_DEFAULT,
@@ -45,6 +53,7 @@ from nvdeploy.stack_commands import (  # noqa: F401  re-exported for the checks 
     MPS_SCRIPT,
     MPS_SHELL,
     docker_run_argv,
+    imex_mode,
 )
 
 CUDA_TOOLKITS = "cuda_toolkits"
@@ -54,6 +63,9 @@ CDI_LIST = "cdi_list"
 KERNEL_DRIVER = "kernel_driver"
 CONTAINER_RUN = "container_run"
 CONTAINER_RUN_TIMEOUT_S = 300.0
+IMEX_SERVICE = "imex_service"
+IMEX_QUERY = "imex_query"
+IMEX_FILES = "imex_files"
 
 
 def mps_dirs(host_vars: Mapping[str, Any]) -> tuple[str, str]:
@@ -70,6 +82,16 @@ def build_mps(host_vars: Mapping[str, Any], profile: Any) -> tuple[str, ...]:
 def build_container_run(host_vars: Mapping[str, Any], profile: Any) -> tuple[str, ...]:
     image = host_vars.get("container_image")
     return docker_run_argv(str(image)) if image else ("true",)
+
+
+def _imex(argv: tuple[str, ...]) -> Callable[[Mapping[str, Any], Any], tuple[str, ...]]:
+    """An argv builder that runs ``argv`` only where the host runs IMEX itself (``true`` elsewhere: nothing of
+    IMEX is asked of an HGX node or of a node whose IMEX daemons Kubernetes runs)."""
+
+    def build(host_vars: Mapping[str, Any], profile: Any) -> tuple[str, ...]:
+        return argv if imex_mode(host_vars, profile)[0] == IMEX_HOST else ("true",)
+
+    return build
 
 
 CUDA = Collector(
@@ -91,6 +113,16 @@ CONTAINER_SMOKE = Collector(
 KERNEL_DRIVER_FILES = Collector(
     KERNEL_DRIVER, KERNEL_DRIVER_FIND_ARGV, 20.0,
     description="the loaded nvidia module's flavour (open/proprietary) and the kernel release (GPUDirect DMA-BUF)")
+IMEX_SERVICE_STATE = Collector(
+    IMEX_SERVICE, IMEX_SERVICE_ARGV, 20.0, build=_imex(IMEX_SERVICE_ARGV),
+    description="whether the nvidia-imex service runs (NVLink domain trays)")
+IMEX_DAEMON_QUERY = Collector(
+    IMEX_QUERY, IMEX_QUERY_ARGV, 20.0, build=_imex(IMEX_QUERY_ARGV),
+    description="the local IMEX daemon's state (nvidia-imex-ctl -q: READY)")
+IMEX_FILE_LIST = Collector(
+    IMEX_FILES, IMEX_FILES_ARGV, 20.0, build=_imex(IMEX_FILES_ARGV),
+    description="IMEX channel0, the sha256 of nodes_config.cfg, the DRA compute-domain kubelet plugin folder")
 
 # This module's part of the catalog, in the order `nvdeploy/collect.py` lists it.
-COLLECTORS: tuple[Collector, ...] = (CUDA, MPS, CONTAINER, CDI, CONTAINER_SMOKE, KERNEL_DRIVER_FILES)
+COLLECTORS: tuple[Collector, ...] = (CUDA, MPS, CONTAINER, CDI, CONTAINER_SMOKE, KERNEL_DRIVER_FILES,
+                                     IMEX_SERVICE_STATE, IMEX_DAEMON_QUERY, IMEX_FILE_LIST)

@@ -108,6 +108,13 @@ VAR_SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
     # Power roll-up (nvdeploy/checks/power.py).
     "rack": (lambda v: isinstance(v, str) and v != "", "a rack name (string) for the power roll-up"),
     "rack_power_budget_w": (_is_positive_number, "a positive number of watts (the rack's budget for GPU power)"),
+    # IMEX on multi-node NVLink trays (nvdeploy/checks/imex.py, nvdeploy/phases/imex.py, install's nodes_config.cfg).
+    "imex": (lambda v: isinstance(v, bool) or v in ("host", "dra"),
+             "true (the host's nvidia-imex service), false, or \"dra\" (Kubernetes DRA ComputeDomains run IMEX)"),
+    "imex_domain": (lambda v: isinstance(v, str) and v != "", "an IMEX domain name (default: the host's rack)"),
+    "imex_address": (lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}", v) is not None,
+                     "the tray's address on the IMEX network, an IP address or host name (default: its address)"),
+    "imex_timeout": (_is_positive_number, "a positive number of seconds (hard limit of nvidia-imex-ctl -N -j)"),
     # Kubernetes GPU Operator (nvdeploy/checks/gpu_operator.py; kubectl runs on the controller).
     "kubeconfig": (lambda v: isinstance(v, str) and v != "", "a path on the controller to the cluster's kubeconfig"),
     "kubectl": (lambda v: isinstance(v, str) and v != "", "the kubectl to run on the controller (a path or a name)"),
@@ -157,6 +164,12 @@ class Inventory:
     hosts: tuple[Host, ...]
     groups: Mapping[str, tuple[str, ...]]
     path: str = ""
+    # The hosts before --limit: what depends on other hosts (an IMEX domain's node list) must see them all.
+    unlimited: tuple[Host, ...] = ()
+
+    @property
+    def every_host(self) -> tuple[Host, ...]:
+        return self.unlimited or self.hosts
 
     def host(self, name: str) -> Host:
         for host in self.hosts:
@@ -172,7 +185,8 @@ class Inventory:
             names = match_limit(pattern, [h.name for h in self.hosts], self.groups)
         except ConfigError as exc:
             raise ConfigError(exc.message, self.path or None, None, "--limit") from None
-        return Inventory(self.cluster, tuple(h for h in self.hosts if h.name in names), self.groups, self.path)
+        return Inventory(self.cluster, tuple(h for h in self.hosts if h.name in names), self.groups, self.path,
+                         self.every_host)
 
 
 def match_limit(pattern: str, names: list[str], groups: Mapping[str, tuple[str, ...]]) -> set[str]:

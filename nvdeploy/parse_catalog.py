@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from nvdeploy.parsers.dcgm import parse_dcgm_diag, parse_dcgm_discovery
 from nvdeploy.parsers.ibstat import parse_ibstat
+from nvdeploy.parsers.imex import parse_imex_files, parse_imex_query
 from nvdeploy.parsers.nccl_tests import parse_nccl_tests
 from nvdeploy.parsers.nvlink import parse_nvlink
 from nvdeploy.parsers.stack import (
@@ -25,6 +26,7 @@ from nvdeploy.parsers.topo import parse_topo
 from nvdeploy.results import CommandResult
 
 DCGM_LEVELS = (1, 2, 3, 4)
+IMEX_DRA_PLUGIN = "/var/lib/kubelet/plugins/compute-domain.nvidia.com"  # nvdeploy/stack_commands.py
 
 
 def _completed(result: Optional[CommandResult]) -> bool:
@@ -42,6 +44,13 @@ def _parse(results: Mapping[str, CommandResult], name: str, parser: Callable[[st
     return parser(result.text)
 
 
+def _imex_ran(results: Mapping[str, CommandResult], name: str) -> Mapping[str, CommandResult]:
+    """``results`` without ``name`` when its collector stood in ``true`` (a node that does not run IMEX itself):
+    no IMEX fact, rather than the facts of an empty answer."""
+    result = results.get(name)
+    return {} if result is None or result.command == "true" else results
+
+
 def catalog_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
     facts: dict[str, Any] = {
         "nvlink": _parse(results, "nvidia_smi_nvlink", parse_nvlink, need_rc0=True),
@@ -56,6 +65,11 @@ def catalog_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
         "dcgm_discovery": _parse(results, "dcgm_discovery", parse_dcgm_discovery),
         "dcgm_diag": {},
         "nccl": _parse(results, "nccl_all_reduce", parse_nccl_tests),
+        # IMEX (checks/imex.py): systemctl exits 3 when inactive; -q exits non-zero when the daemon is not ready;
+        # find exits 1 when a listed path is missing, which is the fact.
+        "imex_service": _parse(_imex_ran(results, "imex_service"), "imex_service", parse_systemctl_state),
+        "imex_query": _parse(_imex_ran(results, "imex_query"), "imex_query", parse_imex_query),
+        "imex_files": _parse(_imex_ran(results, "imex_files"), "imex_files", parse_imex_files),
     }
     for level in DCGM_LEVELS:
         diag = _parse(results, f"dcgm_diag_r{level}", parse_dcgm_diag)
@@ -72,6 +86,12 @@ def catalog_summary(facts: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("dcgm_version", "ofed_version", "fabricmanager_version"):
         if facts.get(key):
             out[key] = facts[key]
+    files = facts.get("imex_files")
+    if files is not None:
+        # The cluster stage compares the domain's node lists by hash (nvdeploy/phases/imex.py).
+        out["imex_config_sha256"] = files.config_sha256 or "absent"
+        if files.kind(IMEX_DRA_PLUGIN) is not None:
+            out["imex_dra_plugin"] = True
     nccl = facts.get("nccl")
     if nccl is not None:
         if nccl.nccl_version:

@@ -402,9 +402,12 @@ def _plan_step(step: Step, action: Action, context: Mapping[str, Any], playbook:
 
 
 def plan_host(playbook: Playbook, host: Host, profile: Profile, tags: Sequence[str] = (),
-              skip_tags: Sequence[str] = ()) -> list[PlannedStep]:
-    """Render every step for ``host``: vars first (in order), then each step's when and params."""
+              skip_tags: Sequence[str] = (), extra: Optional[Mapping[str, Any]] = None) -> list[PlannedStep]:
+    """Render every step for ``host``: vars first (in order), then each step's when and params. ``extra``: values
+    that depend on other hosts of the inventory (the IMEX domain's node list)."""
     context = host_context(host, profile)
+    # Without the inventory's other hosts, the host is a domain of its own.
+    context.update(extra if extra is not None else imex_context([host], _OneProfile(profile))[host.name])
     for name, value, line in playbook.vars:
         if name in host.vars:
             continue  # the inventory wins over the playbook's defaults
@@ -430,7 +433,36 @@ def plan_host(playbook: Playbook, host: Host, profile: Profile, tags: Sequence[s
 
 
 def plan_hosts(playbook: Playbook, hosts: Sequence[Host], catalog: Any, tags: Sequence[str] = (),
-               skip_tags: Sequence[str] = ()) -> dict[str, list[PlannedStep]]:
-    """Plans for every host, before any connection (the first problem is a ConfigError)."""
+               skip_tags: Sequence[str] = (), everyone: Optional[Sequence[Host]] = None
+               ) -> dict[str, list[PlannedStep]]:
+    """Plans for every host, before any connection (the first problem is a ConfigError). ``everyone``: the
+    inventory's hosts before ``--limit`` (default ``hosts``): an IMEX node list names every tray of the domain,
+    also those this run does not touch."""
     check_tags(playbook, tags, skip_tags)
-    return {h.name: plan_host(playbook, h, catalog.get(h.profile or ""), tags, skip_tags) for h in hosts}
+    extra = imex_context(everyone if everyone is not None else hosts, catalog)
+    return {h.name: plan_host(playbook, h, catalog.get(h.profile or ""), tags, skip_tags, extra.get(h.name))
+            for h in hosts}
+
+
+class _OneProfile:
+    """A catalog of one profile, for a host planned alone."""
+
+    def __init__(self, profile: Profile) -> None:
+        self.profile = profile
+
+    def get(self, name: str) -> Profile:
+        return self.profile
+
+
+def imex_context(hosts: Sequence[Host], catalog: Any) -> dict[str, dict[str, Any]]:
+    """Per host: ``imex_mode`` (host, dra or off: nvdeploy.stack_commands.imex_mode) and, on trays that run IMEX
+    themselves, ``imex_nodes``: their domain's addresses in inventory order (the node list every tray gets)."""
+    from nvdeploy.stack_commands import imex_address, imex_domains, imex_mode
+
+    out = {h.name: {"imex_mode": imex_mode(h.vars, catalog.get(h.profile or ""))[0], "imex_nodes": []}
+           for h in hosts}
+    for members in imex_domains(hosts, lambda h: catalog.get(h.profile or "")).values():
+        addresses = [imex_address(m) for m in members]
+        for member in members:
+            out[member.name]["imex_nodes"] = addresses
+    return out

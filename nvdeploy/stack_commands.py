@@ -4,6 +4,8 @@ bare copy of the package and recognise them."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from nvdeploy.transport.node_paths import SAFE_DIR_SH
 
 MARKER_FORMAT = "\\n== %p\\n"  # find -printf: a newline first, so a file without a final newline cannot hide it
@@ -53,6 +55,72 @@ KERNEL_DRIVER_FIND_ARGV = (
     "-printf", MARKER_FORMAT, "-exec", "cat", "{}", ";",
 )
 
+
+# IMEX on rack-scale NVLink trays (checks/imex.py): the daemon's service and state, then one find over the default
+# channel device, the domain's node list (hashed, so the cluster stage can compare it across the domain's trays
+# without printing it) and the NVIDIA DRA driver's compute-domain kubelet plugin folder (IMEX run by Kubernetes
+# ComputeDomains instead of the host). Each path after a marker line with its file type (find's %y: c for a
+# character device, f for a file, d for a folder); a missing path is named on stderr.
+IMEX_SERVICE = "nvidia-imex"
+IMEX_CHANNEL0 = "/dev/nvidia-caps-imex-channels/channel0"
+IMEX_NODES_CONFIG = "/etc/nvidia-imex/nodes_config.cfg"
+IMEX_DRA_PLUGIN_DIR = "/var/lib/kubelet/plugins/compute-domain.nvidia.com"
+# Where the IMEX daemon of a node is run (host var ``imex``, else the profile): by the host's nvidia-imex service
+# ("host"), by Kubernetes through the NVIDIA DRA driver's ComputeDomains ("dra": the driver starts its own IMEX
+# daemons in pods and the host service must stay off), or nowhere ("off": a node that is not a tray of a
+# multi-node NVLink domain, such as an HGX H100).
+IMEX_HOST, IMEX_DRA, IMEX_OFF = "host", "dra", "off"
+IMEX_VAR_VALUES = (True, False, IMEX_HOST, IMEX_DRA)
+
+
+def imex_mode(host_vars: Any, profile: Any) -> tuple[str, str]:
+    """(mode, why) for one node: the host var ``imex`` (true or ``host``, false, ``dra``) decides when set; else a
+    profile with an NVLink domain (``nvlink_domain``) runs IMEX on the host and any other profile none."""
+    declared = host_vars.get("imex") if hasattr(host_vars, "get") else None
+    if declared is True or declared == IMEX_HOST:
+        return IMEX_HOST, "host var imex: true"
+    if declared == IMEX_DRA:
+        return IMEX_DRA, ("IMEX is managed by Kubernetes (host var imex: dra): the NVIDIA DRA driver runs an IMEX "
+                          "daemon per ComputeDomain, the host service stays off")
+    if declared is False:
+        return IMEX_OFF, "host var imex: false"
+    domain = getattr(profile, "nvlink_domain", None)
+    if domain is not None:
+        return IMEX_HOST, f"profile {getattr(profile, 'name', '?')} is a tray of an NVLink domain"
+    return IMEX_OFF, (f"not applicable: profile {getattr(profile, 'name', '?')} has no multi-node NVLink domain "
+                      "and the host var imex is not set")
+
+
+IMEX_NO_RACK = "(no rack)"
+
+
+def imex_domain_of(host: Any) -> str:
+    """The IMEX domain of an inventory host: host var ``imex_domain``, else its ``rack`` (a domain per rack)."""
+    return str(host.vars.get("imex_domain") or host.vars.get("rack") or IMEX_NO_RACK)
+
+
+def imex_address(host: Any) -> str:
+    """A tray's address in its domain's node list: host var ``imex_address``, else its inventory address."""
+    return str(host.vars.get("imex_address") or host.address)
+
+
+def imex_domains(hosts: Any, profile_of: Any) -> dict[str, list[Any]]:
+    """The hosts that run IMEX on the host (``profile_of(host)``: its Profile), by domain, in inventory order: the
+    order install writes the node list in, the same on every tray."""
+    domains: dict[str, list[Any]] = {}
+    for host in hosts:
+        if imex_mode(host.vars, profile_of(host))[0] == IMEX_HOST:
+            domains.setdefault(imex_domain_of(host), []).append(host)
+    return domains
+
+
+IMEX_SERVICE_ARGV = ("systemctl", "is-active", IMEX_SERVICE)
+IMEX_QUERY_ARGV = ("nvidia-imex-ctl", "-q")
+IMEX_DOMAIN_ARGV = ("nvidia-imex-ctl", "-N", "-j")
+IMEX_FILES_ARGV = (
+    "find", IMEX_CHANNEL0, IMEX_NODES_CONFIG, IMEX_DRA_PLUGIN_DIR, "-maxdepth", "0", "-printf", "\\n== %p %y\\n",
+    "-type", "f", "-name", "nodes_config.cfg", "-exec", "sha256sum", "{}", ";",
+)
 
 def docker_run_argv(image: str) -> tuple[str, ...]:
     """The container smoke test: the node's own copy of ``image`` (never pulled) lists the GPUs it is given."""

@@ -20,6 +20,7 @@ from nvdeploy.checks import (
     gpu,
     gpu_operator,
     ib,
+    imex,
     kmsg,
     memory,
     mps,
@@ -43,6 +44,8 @@ CHECK_MODULES = (
     nvlink_fabric,
     # The GPU stack around the driver: containers, CUDA toolkit/driver compatibility, MPS; power; RDMA.
     container, cuda, mps, power, rdma,
+    # Rack-scale NVLink: the IMEX daemon of each tray (its domain in the cluster stage, nvdeploy/phases/imex.py).
+    imex,
     # The Kubernetes GPU Operator (cluster stage on the controller, nvdeploy/phases/k8s.py).
     gpu_operator,
     # Cluster stage: each measured figure against the node's peers (fleet.performance).

@@ -25,7 +25,9 @@ PROFILE_ENV = "NVDEPLOY_PROFILE"
 NODE_CHECKS = ("driver.loaded", "driver.version", "gpu.count", "gpu.model", "gpu.memory", "gpu.pci_visible",
                "gpu.persistence", "gpu.mig", "memory.ecc_mode", "memory.ecc_errors", "memory.remapped_rows",
                "memory.retired_pages", "kmsg.xid", "kmsg.sxid", "pcie.link", "nvlink.links", "nvlink.topology",
-               "fabric.manager", "fabric.nvlsm", "clocks.throttle", "clocks.temperature", "clocks.power_limit")
+               "fabric.manager", "fabric.nvlsm", "clocks.throttle", "clocks.temperature", "clocks.power_limit",
+               # NVLink domain trays only (no finding elsewhere): without IMEX no multi-node NVLink job starts.
+               "imex.daemon")
 # Seconds each tool may take. The tools run side by side in one batch, so this bounds the whole check; a loaded
 # node's nvidia-smi was measured at 13 s, and slurmd gives its HealthCheckProgram 60 s.
 DEFAULT_TIMEOUT_S = 30.0

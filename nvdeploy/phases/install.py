@@ -62,7 +62,7 @@ def run_playbook_phase(phase: str, inventory: Inventory, catalog: ProfileCatalog
                        out_base: Path, playbook: Playbook,
                        progress: Optional[Callable[[NodeResult], None]] = None) -> PhaseOutcome:
     """Plan (exit 2 on a problem, before connecting), run the phase, write the run folder and reports."""
-    plans = plan_hosts(playbook, inventory.hosts, catalog, options.tags, options.skip_tags)
+    plans = plan_hosts(playbook, inventory.hosts, catalog, options.tags, options.skip_tags, inventory.every_host)
     started = time.monotonic()
     recorder, header = open_run(inventory, catalog, out_base, phase,
                                 {"playbook": playbook.path, "dry_run": options.dry_run, "serial": options.serial,

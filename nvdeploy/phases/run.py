@@ -66,7 +66,8 @@ def run_all(inventory: Inventory, catalog: ProfileCatalog, options: PhaseOptions
             continue_on_fail: bool = False, progress: Optional[Callable[[NodeResult], None]] = None,
             announce: Optional[Callable[[str], None]] = None) -> PhaseOutcome:
     chain = load_run_playbook(run_path)
-    install_plans = plan_hosts(chain.install, inventory.hosts, catalog, options.tags, options.skip_tags)
+    install_plans = plan_hosts(chain.install, inventory.hosts, catalog, options.tags, options.skip_tags,
+                               inventory.every_host)
     optimize_plans = plan_hosts(chain.optimize, inventory.hosts, catalog, options.tags, options.skip_tags)
     say = announce or (lambda _text: None)
     started = time.monotonic()

@@ -32,6 +32,7 @@ from nvdeploy.waivers import WAIVABLE, Waiver, apply_waivers, today_utc
 MULTINODE_CHECK = next(iter(c for c in CLUSTER_CHECKS if c == "nccl.multinode"))
 GPUDIRECT_CHECK = "rdma.gpudirect"  # nvdeploy/checks/rdma.py, run by nvdeploy/phases/gpudirect.py
 GPU_OPERATOR_PREFIX = "gpu_operator."  # nvdeploy/checks/gpu_operator.py, run by nvdeploy/phases/k8s.py
+IMEX_DOMAIN_CHECK = "imex.domain"  # nvdeploy/checks/imex.py, run by nvdeploy/phases/imex.py
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,14 @@ def _cluster_stages(all_hosts: list[Host], catalog: ProfileCatalog, options: Eng
 
         stages.append(_ClusterStage("GPUDirect RDMA (perftest pairs)", lambda nodes: run_gpudirect(
             nodes, all_hosts, catalog, options, recorder, deadline_at)))
+    if IMEX_DOMAIN_CHECK in options.checks:
+        from nvdeploy.phases.imex import run_imex_domain
+        from nvdeploy.phases.imex import wanted as imex_wanted
+
+        # Only where some host runs IMEX (NVLink domain trays, host var imex): nothing is planned on HGX clusters.
+        if imex_wanted(all_hosts, catalog):
+            stages.append(_ClusterStage("IMEX domains (nvidia-imex-ctl -N -j)", lambda nodes: run_imex_domain(
+                nodes, all_hosts, catalog, options, recorder, deadline_at)))
     if any(c.startswith(GPU_OPERATOR_PREFIX) for c in options.checks):
         from nvdeploy.phases.k8s import run_gpu_operator, wanted
 

@@ -215,6 +215,10 @@ def unit_state(scenario: NodeScenario, unit: str) -> str:
         return "inactive" if scenario.has("dcgm_missing") or scenario.has("hostengine_down") else "active"
     if name in ("sshd", "ssh", "openibd"):
         return "active"
+    if name == "nvidia-imex":
+        from nvdeploy.sim.imex_tool import unit_state as imex_state
+
+        return imex_state(scenario)
     return "inactive"
 
 

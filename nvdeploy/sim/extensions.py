@@ -23,3 +23,6 @@ from nvdeploy.sim import stack_tools  # noqa: E402,F401  isort: skip
 
 # NVL72 trays: each GPU's NVLink fabric registration (one domain per rack), recovery action, C2C, platform info.
 from nvdeploy.sim import nvl72  # noqa: E402,F401  isort: skip
+
+# IMEX on NVLink domain trays (nvidia-imex-ctl, the nvidia-imex service, the imex_files listing).
+from nvdeploy.sim import imex_tool  # noqa: E402,F401  isort: skip

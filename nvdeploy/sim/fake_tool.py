@@ -33,15 +33,18 @@ FAKE_TOOLS = ("nvidia-smi", "lspci", "dmesg", "journalctl", "dcgmi", "ibstat", "
               # install (nvdeploy/sim/pkgtools.py)
               "nvidia-ctk", "dracut", "update-initramfs", "grep",
               # the GPU stack around the driver (nvdeploy/sim/stack_tools.py)
-              "find", "nvidia-cuda-mps-control", "docker", "ib_write_bw")
+              "find", "nvidia-cuda-mps-control", "docker", "ib_write_bw",
+              # IMEX on NVLink domain trays (nvdeploy/sim/imex_tool.py)
+              "nvidia-imex-ctl")
 # Tools simulated only for some first arguments (a shell ``case`` pattern); every other call runs the real program,
 # which the batch script itself needs (``cat`` of its own temp files). name -> (pattern, real program).
 PARTIAL_TOOLS = {"cat": ("/etc/os-release|/proc/sys/kernel/random/boot_id|/proc/uptime|*nvdeploy*|/etc/modprobe.d/*"
                          "|/etc/cdi/*"
-                         "|/etc/docker/*|/etc/containerd/*", "/bin/cat"),
+                         "|/etc/docker/*|/etc/containerd/*|/etc/nvidia-imex/*", "/bin/cat"),
                  "grep": ("-rsH", "/bin/grep"),
                  # only the cuda_toolkits collector's listing; the test machine's own /usr/local must not leak in
-                 "find": ("/usr/local|/usr/bin/dockerd|/proc/driver/nvidia/version", "/usr/bin/find")}
+                 "find": ("/usr/local|/usr/bin/dockerd|/proc/driver/nvidia/version|/dev/nvidia-caps-imex-channels/*",
+                          "/usr/bin/find")}
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the nvdeploy package
 
 

@@ -216,6 +216,9 @@ def versions(scenario: NodeScenario, state: st.NodeState, name: str) -> list[str
             return [v + "-1.el9" for b in branches for v in driver_versions(scenario, b)]
         if name == "nvidia-fabric-manager":
             return [v + "-1" for b in branches for v in driver_versions(scenario, b)]
+    match = re.fullmatch(r"nvidia-imex-(\d+)", name)
+    if match:  # IMEX ships with the driver, one package per branch at the driver's versions (both families)
+        return [v + "-1" for v in driver_versions(scenario, match.group(1))]
     match = re.fullmatch(r"cuda-toolkit-(\d+)-(\d+)", name)
     if match:
         return [f"{match.group(1)}.{match.group(2)}.1-1"]
@@ -280,6 +283,8 @@ def _install(scenario: NodeScenario, state: st.NodeState, name: str, version: st
         state.services.setdefault("nvidia-fabricmanager", [False, False])
     if name.startswith("datacenter-gpu-manager"):
         state.services.setdefault("nvidia-dcgm", [False, False])
+    if re.fullmatch(r"nvidia-imex-\d+", name):
+        state.services.setdefault("nvidia-imex", [False, False])
     if name == "cuda-keyring":
         # What NVIDIA's cuda-keyring package ships: the key and a list file that uses it.
         tag = st.distro_tag(state.os_id, state.os_version)

@@ -34,6 +34,7 @@ from nvdeploy.sim.tools import TOOL_HOOKS, ToolOutput, register_tool
 from nvdeploy.stack_commands import (
     CONTAINER_FIND_ARGV,
     CUDA_FIND_ARGV,
+    IMEX_FILES_ARGV,
     KERNEL_DRIVER_FIND_ARGV,
     MPS_HELPER,
     MPS_SCRIPT,
@@ -326,8 +327,13 @@ def _find(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
     if tuple(args) == KERNEL_DRIVER_FIND_ARGV[1:]:
         out, err, rc = kernel_driver_output(scenario)
         return ToolOutput(out.encode(), err.encode(), rc)
-    return ToolOutput(b"", b"find: only the cuda_toolkits, container_files and kernel_driver command lines are "
-                      b"simulated\n", 2)
+    if tuple(args) == IMEX_FILES_ARGV[1:]:
+        from nvdeploy.sim.imex_tool import files_output
+
+        out, err, rc = files_output(scenario)
+        return ToolOutput(out.encode(), err.encode(), rc)
+    return ToolOutput(b"", b"find: only the cuda_toolkits, container_files, kernel_driver and imex_files command "
+                      b"lines are simulated\n", 2)
 
 
 @register_tool("nvidia-cuda-mps-control")

@@ -287,6 +287,11 @@ def _can_start(scenario: NodeScenario, state: st.NodeState, unit: str) -> Option
         if scenario.hardware.gpu.nvlsm and ("nvlsm" not in state.packages or "ib_umad" not in state.modules):
             # NVLink 5: nvidia-fabricmanager-start.sh starts NVLSM first, over ib_umad.
             return "NVLink 5 system: NVLSM or the ib_umad module missing (NV_WARN_NOTHING_TO_DO)"
+    if unit == "nvidia-imex":
+        # IMEX checks the loaded driver's version at start and aborts on another one (NVIDIA IMEX guide).
+        imex = next((st.upstream(v) for p, v in state.packages.items() if re.fullmatch(r"nvidia-imex-\d+", p)), None)
+        if not driver_ok or imex != state.loaded_driver:
+            return "IMEX and driver versions differ"
     return None
 
 

@@ -18,6 +18,7 @@ from nvdeploy.parsers.nvlink import parse_nvlink
 from nvdeploy.parsers.stack import (
     parse_dcgmi_version,
     parse_fabricmanager_version,
+    parse_kernel_driver,
     parse_lsmod,
     parse_ofed_version,
     parse_systemctl_state,
@@ -51,6 +52,12 @@ def _imex_ran(results: Mapping[str, CommandResult], name: str) -> Mapping[str, C
     return {} if result is None or result.command == "true" else results
 
 
+def _kernel_driver(result: Optional[CommandResult]) -> Any:
+    """/proc/driver/nvidia/version and the kernel release (nvdeploy/collect_stack.py, one ``find``), whatever its
+    exit status: find exits 1 when a file is missing, and a missing version file (no nvidia module) is the fact."""
+    return parse_kernel_driver(result.text) if result is not None and result.error is None else None
+
+
 def catalog_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
     facts: dict[str, Any] = {
         "nvlink": _parse(results, "nvidia_smi_nvlink", parse_nvlink, need_rc0=True),
@@ -65,6 +72,7 @@ def catalog_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
         "dcgm_discovery": _parse(results, "dcgm_discovery", parse_dcgm_discovery),
         "dcgm_diag": {},
         "nccl": _parse(results, "nccl_all_reduce", parse_nccl_tests),
+        "kernel_driver": _kernel_driver(results.get("kernel_driver")),
         # IMEX (checks/imex.py): systemctl exits 3 when inactive; -q exits non-zero when the daemon is not ready;
         # find exits 1 when a listed path is missing, which is the fact.
         "imex_service": _parse(_imex_ran(results, "imex_service"), "imex_service", parse_systemctl_state),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from nvdeploy.checks.registry import NodeContext, register
-from nvdeploy.parsers.stack import parse_kernel_driver
 from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
 
 KERNEL_DRIVER = "kernel_driver"  # nvdeploy/collect_stack.py
@@ -35,8 +34,8 @@ def driver_flavour(ctx: NodeContext) -> list[Finding]:
         detail = (result.error_detail or reason.value) if result is not None else "not collected"
         return [ctx.finding("driver.flavour", Verdict.ERROR, f"/proc/driver/nvidia/version not read ({detail})",
                             reason=reason, collector=KERNEL_DRIVER)]
-    facts = parse_kernel_driver(result.text)
-    if facts.nvrm_line is None:
+    facts = ctx.facts.get("kernel_driver")  # parsed in the parse stage (nvdeploy/parse_catalog.py)
+    if facts is None or facts.nvrm_line is None:
         return [ctx.finding("driver.flavour", Verdict.ERROR, "no /proc/driver/nvidia/version: the nvidia module is "
                             "not loaded, its flavour is unknown (see driver.loaded)",
                             reason=ErrorReason.UNPARSEABLE, collector=KERNEL_DRIVER)]

@@ -7,7 +7,6 @@ from typing import Any, Optional
 
 from nvdeploy.checks.gating import first_line, raw_gate, section
 from nvdeploy.checks.registry import NodeContext, register
-from nvdeploy.parsers.stack import parse_kernel_driver
 from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
 
 IBSTAT = "ibstat"
@@ -144,7 +143,7 @@ def ib_peermem(ctx: NodeContext) -> list[Finding]:
                             f"lsmod exited {ctx.results[LSMOD].rc} and listed no module",
                             reason=ErrorReason.UNPARSEABLE, collector=LSMOD)]
     files = ctx.results.get(KERNEL_DRIVER)
-    facts = parse_kernel_driver(files.text) if files is not None and files.error is None else None
+    facts = ctx.facts.get("kernel_driver")  # None when the files were not read (nvdeploy/parse_catalog.py)
     dmabuf_why = dmabuf_blocker(facts) if facts is not None else "not read"
     if modules.loaded("nvidia_peermem"):
         also = "; DMA-BUF usable too" if dmabuf_why is None else ""

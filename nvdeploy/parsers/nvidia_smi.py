@@ -574,6 +574,7 @@ _XML_ROOT_RE = re.compile(r"<nvidia_smi_log\b")
 _XML_ANY_TAG_RE = re.compile(r"<[^<>]*>")
 _XML_TAG_RE = re.compile(r"<(/?)([A-Za-z_][\w.\-]*)((?:\s+[\w.\-:]+\s*=\s*(?:\"[^\"]*\"|'[^']*'))*)\s*(/?)>")
 _XML_ATTR_RE = re.compile(r"([\w.\-:]+)\s*=\s*(?:\"([^\"]*)\"|'([^']*)')")
+_XML_PIECE_DEPTH = 32
 _XML_ENTITIES = {"&lt;": "<", "&gt;": ">", "&quot;": '"', "&apos;": "'", "&amp;": "&"}
 # Where the GPU-level elements sit, to place a fragment that starts below <gpu> (e.g. at <volatile>).
 _GPU_PATHS: tuple[tuple[str, ...], ...] = (
@@ -611,6 +612,8 @@ def _xml_pieces(body: str) -> ET.Element:
         if tag is None:  # a comment, a declaration, a cut tag
             continue
         closing, name, attrs, empty = tag.groups()
+        if not closing and len(stack) > _XML_PIECE_DEPTH:
+            continue  # nvidia-smi nests a few levels; a path this deep costs its length for every leaf below it
         if not closing:
             attrib = {m.group(1): m.group(2) if m.group(2) is not None else m.group(3)
                       for m in _XML_ATTR_RE.finditer(attrs)}
@@ -707,7 +710,9 @@ def _parse_xml(text: str, details: bool) -> SmiFacts:
 # A -q section title: words only (never an alert such as "Unable to determine the device handle for GPU...").
 _SECTION_TITLE_RE = re.compile(r"^[A-Z][A-Za-z0-9]*(?: [A-Za-z0-9/()-]+){0,5}$")
 _GPU_HEADER_RE = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
-_KV_RE = re.compile(r"^(\S.*?)\s+:(?:\s(.*)|)$")
+# The lookbehind lets only the start of a run of blanks begin the separator: without it, a long run of blanks
+# not followed by ':' is scanned once per blank (a 20,000-character line took 3.6 s).
+_KV_RE = re.compile(r"^(\S.*?)(?<!\s)\s+:(?:\s(.*)|)$")
 # R610+ heads the table "NVIDIA-SMI 610.43.02   KMD Version: 610.43.02   CUDA UMD Version: 13.3".
 _TABLE_HEADER_RE = re.compile(r"NVIDIA-SMI\s+\S+\s+(?:Driver|KMD) Version:", re.IGNORECASE)
 _TABLE_DRIVER_RE = re.compile(r"\b(?:KMD|Driver) Version:\s*(\S+)", re.IGNORECASE)

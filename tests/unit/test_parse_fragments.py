@@ -283,3 +283,19 @@ def test_verdicts_on_a_terminal_print_a_short_summary_and_json_with_json(monkeyp
 def test_not_a_terminal_keeps_json():
     out = invoke("auto", str(REAL / ECC_BLOCK), "--verdicts", "--profile", "h100-sxm-8x").output
     assert json.loads(out)["verdicts"]["verdict"] == "FAIL"
+
+
+# ------------------------------------------------------------------------------------------ hostile pieces
+
+@pytest.mark.parametrize("text", [
+    "<gpu id='x'>" * 20000,  # never closed: nested 20,000 deep
+    "Key" + " " * 100000 + "x\n",  # a long run of blanks without the ':' of a -q line
+])
+def test_hostile_pieces_are_read_in_linear_work(text: str):
+    """Bounded by work, not time: the nesting kept is capped, and a -q line is scanned once."""
+    from nvdeploy.parsers import nvidia_smi
+
+    facts = nvidia_smi.parse_xml(text)
+    assert all(len(path) <= nvidia_smi._XML_PIECE_DEPTH + 1 for path in nvidia_smi._flatten_xml(
+        nvidia_smi._xml_pieces(text)))
+    assert isinstance(facts, nvidia_smi.SmiFacts) and isinstance(nvidia_smi.parse_text(text), nvidia_smi.SmiFacts)

@@ -43,14 +43,17 @@ DRA_SKIP = ("IMEX is managed by Kubernetes: the NVIDIA DRA driver's compute-doma
 
 CLUSTER_CHECKS[DOMAIN_CHECK] = inspect.cleandoc(f"""Runs ``nvidia-imex-ctl -N -j`` (timeout 30 s, host var
     ``imex_timeout``) on one tray per IMEX domain, the first in inventory order whose imex.daemon passed (the next one
-    if it does not answer), and compares the sha256 of ``{IMEX_NODES_CONFIG}`` that every tray reported in its light
-    batch. A domain is the trays with the same host var ``imex_domain``, else the same ``rack``; a tray's address is
-    its host var ``imex_address``, else its inventory address. PASS: the domain status is UP, every node of the view
+    if it does not answer; a second one when its view is not clean, as a tray cut off from the others sees every
+    other tray gone, and the view with fewer trays not READY is judged), and compares the sha256 of
+    ``{IMEX_NODES_CONFIG}`` that every tray reported in its light batch. A domain is the trays with the same host
+    var ``imex_domain``, else the same ``rack``; a tray's address is its host var ``imex_address``, else its
+    inventory address. PASS: the domain status is UP, every node of the view
     is READY and every connection CONNECTED, every tray of the domain is in the view, and all trays hold the same
     node list. FAIL names the trays: not READY, not connected (the From/To pairs), missing from the node list, or
     holding a node list that differs from the domain's majority (on a tie every tray). WARN: the view lists addresses
     no tray of the domain has. ERROR when no tray could be asked (none passed imex.daemon, every query failed or
-    printed no JSON). SKIP where IMEX is managed by Kubernetes (DRA) or the nodes are not NVLink domain trays.
+    printed no JSON). SKIP where IMEX is managed by Kubernetes (DRA); nothing is run, and nothing said, on clusters
+    without NVLink domain trays.
     Remediation ({GUIDE}, "Getting Started" and "Connections, Quorum, and Clean up"): the same nodes_config.cfg, the
     domain's tray addresses in one order, on every tray (``nvdeploy install`` writes it), then ``systemctl restart
     nvidia-imex`` on every tray (the list is read only at start); a tray that stays unreachable: check its

@@ -197,3 +197,47 @@ def test_the_cut_off_tray_sees_everyone_gone(fault):
     assert view is not None
     gone = {n.host for n in view.not_ready()}
     assert gone == ({"tray01", "tray02"} if fault == "imex_peer_missing" else {"tray03"})
+
+
+# --- imex.domain: when no view can be read --------------------------------------------------------------------
+
+class _Answers:
+    """An asker that gives every tray the same answer (the stage's transport, replaced)."""
+
+    deadline_at = None
+
+    def __init__(self, result):
+        self.result, self.asked = result, []
+
+    def ask(self, host, domain_hosts, domain):
+        self.asked.append(host.name)
+        return self.result, None
+
+
+def _nodes(verdict: Verdict) -> dict:
+    from nvdeploy.results import Finding, NodeResult
+
+    return {n: NodeResult(n, (Finding(DAEMON, verdict, "x", node=n),), facts={"imex_config_sha256": "aa" * 32})
+            for n in NAMES}
+
+
+def test_a_domain_whose_trays_answer_no_json_is_error_never_pass():
+    from nvdeploy.inventory import Host
+    from nvdeploy.phases.imex import judge_one
+
+    text = (REAL / "imex-ctl-N-text-18-trays-up-570.172.txt").read_text()  # -N without -j: a table, not JSON
+    asker = _Answers(result("imex_domain", text, command="nvidia-imex-ctl -N -j"))
+    per_tray, cluster = judge_one("rack1", [Host(n, {"rack": "rack1"}) for n in NAMES], _nodes(Verdict.PASS),
+                                  asker)  # type: ignore[arg-type]
+    assert per_tray == {} and verdicts(cluster) == [Verdict.ERROR] and cluster[0].reason is ErrorReason.UNPARSEABLE
+    assert asker.asked == ["tray01", "tray03", "tray02"]  # every tray tried before giving up
+
+
+def test_a_domain_where_no_daemon_passed_is_error_not_run_and_asks_nobody():
+    from nvdeploy.inventory import Host
+    from nvdeploy.phases.imex import judge_one
+
+    asker = _Answers(result("imex_domain", "{}"))
+    per_tray, cluster = judge_one("rack1", [Host(n, {"rack": "rack1"}) for n in NAMES], _nodes(Verdict.FAIL),
+                                  asker)  # type: ignore[arg-type]
+    assert verdicts(cluster) == [Verdict.ERROR] and cluster[0].reason is ErrorReason.NOT_RUN and asker.asked == []

@@ -48,6 +48,7 @@ WHAT_IS_MISSING = {
     "nvidia-smi-xml": "no <nvidia_smi_log> root",
     "nvidia-smi-text": "no 'Attached GPUs' header or table title, fewer GPU sections than attached GPUs, or "
                        "'[...]' elisions",
+    "nvidia-smi-csv": "CSV rows without the header line",
     "nvidia-smi-topo": "matrix rows without the header, or fewer rows than GPUs",
     "nvidia-smi-nvlink": "a GPU's link list cut off",
     "nccl-tests": "result rows without the table header",
@@ -134,8 +135,8 @@ def fragment_finding(ctx: NodeContext, fmt: str, parsed: Any = None) -> Finding:
 def smi_check(check_id: str, ctx: NodeContext, run: Run) -> list[Finding]:
     """One nvidia-smi check on a fragment: over the GPUs that show its fields, else SKIP."""
     smi = ctx.facts.get("smi")
-    if smi is None:
-        return run(ctx)  # nothing readable: the check says so (ERROR)
+    if smi is None:  # rows without their header (CSV noheader): which column is what is not in the piece
+        return [skip(ctx, check_id, "which value each column holds (the CSV header line) is")]
     lost = any(g.lost for g in smi.gpus)
     if check_id == "gpu.count":
         return _gpu_count(ctx, smi)

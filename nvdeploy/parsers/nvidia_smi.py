@@ -990,7 +990,7 @@ def parse_csv(text: str) -> SmiFacts:
     if not records or not _is_csv_header(records[0]):
         warnings.append(f"CSV without a header line (--format=csv,noheader?): column meaning unknown, "
                         f"{len(records)} row(s) ignored")
-        return SmiFacts(warnings=tuple(warnings), format="csv")
+        return SmiFacts(warnings=tuple(warnings), format="csv", fragment=bool(records))
     columns = [_csv_column(c) for c in records[0]]
     rows: list[dict[str, str]] = []
     for n, record in enumerate(records[1:], start=2):

@@ -204,6 +204,17 @@ def test_default_table_rows_without_title_do_not_count_gpus():
     assert model["verdict"] == "PASS" and "2 GPU(s) in the pasted text" in model["summary"]
 
 
+def test_csv_rows_without_header_skip_every_check():
+    """--format=csv,noheader rows (a real capture's data row, its header line cut): no column can be named."""
+    capture = "nvidia-smi-csv/h100-80gb-hbm3-query-gpu-all-fields-load-590.48.01.csv"
+    row = lines(capture, 2, 2)
+    data, by_check = judged("nvidia-smi-csv", row)
+    assert_judges_only_what_it_shows(data, by_check)
+    assert data["verdicts"]["verdict"] == "ERROR" and data["gpus"] == []
+    smi_checks = [f for f in data["verdicts"]["findings"] if f["check"] != "parse.fragment"]
+    assert smi_checks and all(f["verdict"] == "SKIP" and NOT_SHOWN in f["summary"] for f in smi_checks)
+
+
 # ------------------------------------------------------------------- topology, NVLink, ibstat pieces
 
 def test_topology_rows_cut_judge_only_the_rows_shown():

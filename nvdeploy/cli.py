@@ -211,6 +211,8 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
                             progress=progress_for(sys.stderr, quiet, progress_s))
     if waivers_file is not None:
         options = dataclasses.replace(options, waivers=tuple(_waivers(waivers_file)))
+    if baseline is not None:
+        options = dataclasses.replace(options, fleet_baseline=str(baseline))
     _install_sigterm()
     plan = None
     if resume_dir is not None:

@@ -66,6 +66,8 @@ class EngineOptions:
     progress: Optional[RunProgress] = field(default=None, compare=False)
     # Accepted findings (nvdeploy/waivers.py Waiver), from validate --waivers FILE: applied when the run finishes.
     waivers: tuple[Any, ...] = field(default=(), compare=False)
+    # The accepted run (validate --baseline RUN_DIR): fleet.performance's peers where this run has too few nodes.
+    fleet_baseline: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.sudo_gate is None and self.sudo_password:

@@ -7,7 +7,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from nvdeploy.checks.registry import CLUSTER_CHECKS
 from nvdeploy.hostrange import fold
-from nvdeploy.results import Finding, NodeResult, Remediation, Verdict
+from nvdeploy.results import Finding, NodeResult, Remediation, RunResult, Verdict
 
 # (node fact, check id, what): the stack versions that must be the same on every node.
 VERSION_CONSISTENCY = (
@@ -79,11 +79,12 @@ def version_consistency(nodes: Sequence[NodeResult], key: str, check_id: str,
 
 
 def evaluate_cluster(nodes: Sequence[NodeResult], racks_of: Optional[Mapping[str, Sequence[Any]]] = None,
-                     fleet: Optional[Mapping[str, Mapping[str, Any]]] = None
-                     ) -> tuple[list[NodeResult], list[Finding]]:
+                     fleet: Optional[Mapping[str, Mapping[str, Any]]] = None,
+                     fleet_baseline: Optional[RunResult] = None) -> tuple[list[NodeResult], list[Finding]]:
     """Cluster-stage findings. ``racks_of``: host -> [rack, rack budget W], from the run's header, so a rack's
     unmeasured nodes are known to the power budget. ``fleet``: profile stamp -> its ``fleet`` section, from the
-    run's header when fleet.performance was selected (None: not run)."""
+    run's header when fleet.performance was selected (None: not run); ``fleet_baseline``: the accepted run whose
+    nodes are peers where this run has too few."""
     updated, findings = list(nodes), []
     for key, check_id, what in VERSION_CONSISTENCY:
         updated, more = version_consistency(updated, key, check_id, what)
@@ -101,6 +102,6 @@ def evaluate_cluster(nodes: Sequence[NodeResult], racks_of: Optional[Mapping[str
         # Each measured figure against the node's peers of the same profile (nvdeploy/checks/fleet.py).
         from nvdeploy.checks.fleet import evaluate_fleet
 
-        updated, more = evaluate_fleet(updated, fleet)
+        updated, more = evaluate_fleet(updated, fleet, fleet_baseline)
         findings.extend(more)
     return updated, findings

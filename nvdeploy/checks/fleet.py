@@ -11,12 +11,12 @@ from __future__ import annotations
 import statistics
 import textwrap
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional, Sequence
 
 from nvdeploy.checks.registry import CLUSTER_CHECKS
 from nvdeploy.hostrange import fold
-from nvdeploy.results import Finding, NodeResult, Remediation, Verdict
+from nvdeploy.results import Finding, NodeResult, Remediation, RunResult, Verdict
 
 CHECK_ID = "fleet.performance"
 # 0.6745 is the 0.75 quantile of the standard normal: with it the MAD-based z of normally spread figures reads like
@@ -101,6 +101,9 @@ class Judgement:
     high: Optional[float] = None
     outliers: tuple[Outlier, ...] = ()
     reason: str = ""
+    # Peers taken from the accepted baseline run when this run has too few nodes: how many, and the run's id.
+    baseline_nodes: int = 0
+    baseline: str = ""
 
 
 def rule_for(section: Optional[Mapping[str, Any]], figure: str) -> Optional[FleetRule]:
@@ -135,7 +138,8 @@ def judge(samples: Sequence[Sample], rule: FleetRule = DEFAULT_RULE) -> Judgemen
     if nodes < rule.min_nodes:
         return Judgement(Verdict.SKIP, nodes, len(samples), reason=(
             f"measured on {nodes} node{'s' if nodes != 1 else ''}, fewer than the {rule.min_nodes} needed to judge a "
-            "node against its peers (fleet.min_nodes): not judged"))
+            "node against its peers (fleet.min_nodes): not judged; validate --baseline RUN_DIR adds an accepted run's "
+            "nodes as peers"))
     values = [s.value for s in samples]
     median = statistics.median(values)
     mad = statistics.median(abs(v - median) for v in values)
@@ -198,7 +202,9 @@ def _short(outlier: Outlier, unit: str) -> str:
 
 def _population(judgement: Judgement, figure: Figure, profile: str) -> str:
     gpus = f", {judgement.samples} GPUs" if figure.per_gpu else ""
-    return f"{judgement.nodes} {profile} nodes{gpus}"
+    peers = (f" ({judgement.baseline_nodes} of them from baseline run {judgement.baseline})"
+             if judgement.baseline_nodes else "")
+    return f"{judgement.nodes} {profile} nodes{gpus}{peers}"
 
 
 def _cluster_finding(figure: Figure, profile: str, judgement: Judgement, rule: FleetRule,
@@ -256,20 +262,42 @@ def _node_finding(figure: Figure, profile: str, judgement: Judgement, rule: Flee
         remediation=Remediation.INVESTIGATE, profile=profile)
 
 
-def evaluate_fleet(nodes: Sequence[NodeResult], rules: Optional[Mapping[str, Mapping[str, Any]]] = None
-                   ) -> tuple[list[NodeResult], list[Finding]]:
+def judge_with_baseline(samples: Sequence[Sample], peers: Sequence[Sample], rule: FleetRule,
+                        baseline: str) -> Judgement:
+    """This run's ``samples`` judged among the baseline run's ``peers`` of the same profile (those of nodes not in
+    this run): median and MAD over both, outliers named among this run's nodes only. Still SKIP when both together
+    have fewer than ``min_nodes`` nodes."""
+    here = {s.node for s in samples}
+    pooled = list(samples) + [p for p in peers if p.node not in here]
+    judgement = judge(pooled, rule)
+    if judgement.median is None:
+        return judge(samples, rule)
+    outliers = tuple(o for o in judgement.outliers if o.sample.node in here)
+    extra = len({s.node for s in pooled}) - len(here)
+    return replace(judgement, outliers=outliers, verdict=Verdict.worst([o.verdict for o in outliers],
+                                                                       default=Verdict.PASS),
+                   baseline_nodes=extra, baseline=baseline)
+
+
+def evaluate_fleet(nodes: Sequence[NodeResult], rules: Optional[Mapping[str, Mapping[str, Any]]] = None,
+                   baseline: Optional[RunResult] = None) -> tuple[list[NodeResult], list[Finding]]:
     """The fleet.performance findings: one cluster finding per figure and profile that some node measured (SKIP
     below ``min_nodes``), and a WARN/FAIL on each outlier node (by GPU for per-GPU figures). ``rules``: profile
-    stamp -> that profile's ``fleet`` section (the run's header keeps it, so a resumed run judges alike)."""
+    stamp -> that profile's ``fleet`` section (the run's header keeps it, so a resumed run judges alike).
+    ``baseline``: the accepted run (``validate --baseline``) whose nodes of the same profile are the peers of a
+    profile this run has too few nodes of."""
     rules = rules or {}
     per_node: dict[str, list[Finding]] = defaultdict(list)
     cluster: list[Finding] = []
     for figure in FIGURES:
+        peers = samples_of(figure, list(baseline.nodes)) if baseline is not None else {}
         for profile, samples in sorted(samples_of(figure, nodes).items()):
             rule = rule_for(rules.get(profile), figure.id)
             if rule is None:
                 continue
             judgement = judge(samples, rule)
+            if judgement.median is None and peers.get(profile) and baseline is not None:
+                judgement = judge_with_baseline(samples, peers[profile], rule, baseline.run_id)
             cluster.append(_cluster_finding(figure, profile, judgement, rule, samples))
             for outlier in judgement.outliers:
                 per_node[outlier.sample.node].append(_node_finding(figure, profile, judgement, rule, outlier))
@@ -291,7 +319,9 @@ def _doc() -> str:
         f"(default {rule.fail_z:g}); WARN at ``warn_pct`` ({rule.warn_pct:g}%) or -``warn_z`` ({rule.warn_z:g}). "
         f"A z counts only when the value is also ``z_min_pct`` ({rule.z_min_pct:g}%) or more below the median (a "
         "spread under the tools' repeatability would make noise an outlier). MAD 0 (every node alike): the percent "
-        f"rule alone. Fewer than ``min_nodes`` ({rule.min_nodes}) nodes: SKIP, saying so, never PASS.",
+        f"rule alone. Fewer than ``min_nodes`` ({rule.min_nodes}) nodes: judged among the nodes of the same "
+        "profile in the accepted run that ``validate --baseline RUN_DIR`` names, when together they are enough; "
+        "else SKIP, saying so, never PASS.",
         "Findings: per figure and profile a cluster finding (median, MAD, lowest and highest, each node's value in "
         "``observed``, its slowest GPU's for a per-GPU figure) naming every outlier; on each outlier node a WARN "
         "or FAIL (INVESTIGATE) with its figure, the "

@@ -85,14 +85,15 @@ def finish_run(header: dict, nodes: Union[list[NodeResult], NodeSpool], order: l
     nodes they add findings to are read back, amended and spooled again: the run's nodes stay on disk."""
     # Waivers (nvdeploy/waivers.py) apply last, to every node finding the run made, the cluster stage's included.
     waivers = [Waiver.from_dict(w) for w in header.get("waivers") or ()]
+    baseline = _fleet_baseline(header)
     if isinstance(nodes, NodeSpool):
         ordered_nodes, cluster_findings = _evaluate_spooled(nodes, order, header.get("racks"), header.get("fleet"),
-                                                            waivers)
+                                                            waivers, baseline)
     else:
         by_name = {n.name: n for n in nodes}
         ordered = [by_name[name] for name in order if name in by_name]
         ordered += [n for n in nodes if n.name not in set(order)]
-        evaluated, cluster_findings = evaluate_cluster(ordered, header.get("racks"), header.get("fleet"))
+        evaluated, cluster_findings = evaluate_cluster(ordered, header.get("racks"), header.get("fleet"), baseline)
         ordered_nodes = tuple(apply_waivers(evaluated, waivers, today_utc()))
     return RunResult(
         run_id=header["run_id"], cluster=header["cluster"], phase=header.get("phase", "validate"),
@@ -103,12 +104,25 @@ def finish_run(header: dict, nodes: Union[list[NodeResult], NodeSpool], order: l
         user=header.get("user", ""))
 
 
+def _fleet_baseline(header: Mapping[str, Any]) -> Optional[RunResult]:
+    """The accepted run (``validate --baseline``) whose nodes are fleet.performance's peers where this run has too
+    few; None without one, or when it cannot be read (the CLI's comparison with it then reports why, exit 2)."""
+    if not header.get("fleet") or not header.get("fleet_baseline"):
+        return None
+    from nvdeploy.runs import RunLoadError, load_run  # runs.py imports this module
+
+    try:
+        return load_run(Path(header["fleet_baseline"]))
+    except (RunLoadError, OSError, ValueError, KeyError):
+        return None
+
+
 def _evaluate_spooled(spool: NodeSpool, order: list[str], racks_of: Optional[Mapping[str, Sequence[Any]]] = None,
-                      fleet: Optional[Mapping[str, Mapping[str, Any]]] = None, waivers: Sequence[Waiver] = ()
-                      ) -> tuple[Sequence[NodeResult], list[Finding]]:
+                      fleet: Optional[Mapping[str, Mapping[str, Any]]] = None, waivers: Sequence[Waiver] = (),
+                      baseline: Optional[RunResult] = None) -> tuple[Sequence[NodeResult], list[Finding]]:
     ordered = spool.nodes(order)
     views = [NodeResult(b.name, b.kept, address=b.address, profile=b.profile, facts=b.facts) for b in ordered.briefs]
-    updated, cluster_findings = evaluate_cluster(views, racks_of, fleet)
+    updated, cluster_findings = evaluate_cluster(views, racks_of, fleet, baseline)
     for view, after in zip(views, updated):
         if after is not view:  # the cluster checks appended findings to this node: amend the full result
             spool.add(spool.get(view.name).with_findings(after.findings[len(view.findings):]))
@@ -144,6 +158,8 @@ def run_validate(inventory: Inventory, catalog: ProfileCatalog, options: EngineO
     if FLEET_CHECK in options.checks:
         # Each profile's fleet rule, kept with the run so that a resumed or rebuilt run judges its figures alike.
         header["fleet"] = {catalog.get(name).stamp: fleet_section(catalog.get(name)) for name in profiles}
+        if options.fleet_baseline:
+            header["fleet_baseline"] = options.fleet_baseline
     recorder.journal(header)
     return _execute(header, list(inventory.hosts), [], recorder, catalog, options, fail_on_warn, progress,
                     list(inventory.hosts))

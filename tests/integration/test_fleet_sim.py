@@ -148,3 +148,48 @@ def test_a_small_fleet_says_it_is_too_small(tmp_path):
     assert [(f.observed["figure"], f.verdict) for f in fleet] == [("nccl_busbw", Verdict.SKIP)]
     assert "measured on 3 nodes, fewer than the 8 needed" in fleet[0].summary
     assert not any(fleet_findings(outcome).values())
+
+
+def test_a_small_run_is_judged_against_the_baseline_run(tmp_path):
+    checks = ("nccl.all_reduce", "fleet.performance")
+    (tmp_path / "a").mkdir()
+    accepted = run(tmp_path / "a", 10, {}, checks=checks, level="standard")
+    assert [f.verdict for f in accepted.run.cluster_findings if f.check == "fleet.performance"] == [Verdict.PASS]
+    # Three of those nodes again, one now at 92%: too few alone, judged among the accepted run's other 7.
+    inventory = tmp_path / "b"
+    inventory.mkdir()
+    lines = ["all:", "  vars: {connection: sim, profile: h100-sxm-8x, cluster: fleet, nccl_timeout: 30}", "  hosts:"]
+    lines += [f"    gpu0{i}: {{sim_faults: {json.dumps(['fleet_spread', *(['slower:92'] if i == 2 else [])])}}}"
+              for i in (1, 2, 3)]
+    (inventory / "fleet.yaml").write_text("\n".join(lines) + "\n")
+    options = EngineOptions(checks=checks, fleet_baseline=str(accepted.run_dir))
+    outcome = run_validate(load_inventory(inventory / "fleet.yaml", CATALOG), CATALOG, options, tmp_path / "r",
+                           level="standard")
+    (finding,) = [f for f in outcome.run.cluster_findings if f.check == "fleet.performance"]
+    assert finding.verdict is Verdict.FAIL and finding.observed["nodes"] == 10
+    assert f"(7 of them from baseline run {accepted.run.run_id})" in finding.summary
+    assert [o["node"] for o in finding.observed["outliers"]] == ["gpu02"]
+    assert {n.name for n in outcome.run.nodes if any(f.check == "fleet.performance" for f in n.findings)} == {"gpu02"}
+
+
+def test_validate_baseline_gives_the_fleet_its_peers(tmp_path):
+    from click.testing import CliRunner
+
+    from nvdeploy.cli import cli
+
+    def validate(count: int, slow: str, *extra: str):
+        hosts = "".join(f"    gpu0{i}: {{sim_faults: [fleet_spread{', slower:92' if f'gpu0{i}' == slow else ''}]}}\n"
+                        for i in range(1, count + 1))
+        path = tmp_path / f"fleet{count}.yaml"
+        path.write_text("all:\n  vars: {connection: sim, profile: h100-sxm-8x, cluster: cli}\n  hosts:\n" + hosts)
+        result = CliRunner().invoke(cli, ["validate", "-i", str(path), "--level", "standard", "--out",
+                                          str(tmp_path / "r"), "--no-history", *extra], catch_exceptions=False)
+        run_dir = max((tmp_path / "r" / "cli").iterdir(), key=lambda p: p.stat().st_mtime_ns)
+        return result, json.loads((run_dir / "results.json").read_text()), run_dir
+
+    _, _, accepted = validate(9, "")
+    result, data, _ = validate(2, "gpu02", "--baseline", str(accepted))
+    (finding,) = [f for f in data["cluster_findings"] if f["check"] == "fleet.performance"
+                  and f["observed"]["figure"] == "nccl_busbw"]
+    assert finding["verdict"] == "FAIL" and "7 of them from baseline run" in finding["summary"], result.output
+    assert result.exit_code == 1

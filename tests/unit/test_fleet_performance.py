@@ -172,8 +172,8 @@ def test_bad_fleet_section_names_file_line_and_key(tmp_path, body, key, line):
 def test_in_the_standard_level_and_shown_with_rule_and_sources():
     assert CHECK_ID in load_levels()["standard"]
     text = CLUSTER_CHECKS[CHECK_ID]
-    for needle in ("median", "MAD", "0.6745", "3.5%", "-``fail_z`` (default 5)", "(8) nodes: SKIP", "never PASS",
-                   "github.com/Azure/ai-infrastructure-on-azure", "outlier_detection.md", "nccl_busbw",
+    for needle in ("median", "MAD", "0.6745", "3.5%", "-``fail_z`` (default 5)", "(8) nodes: judged", "--baseline",
+                   "never PASS", "github.com/Azure/ai-infrastructure-on-azure", "outlier_detection.md", "nccl_busbw",
                    "dcgm_gflops"):
         assert needle in text, needle
 
@@ -248,3 +248,40 @@ def test_gflops_read_from_a_real_dcgm4_diagnostic_object():
     # The capture has info lists on GPUs 0-2, the gigaflops line on GPUs 0 and 1 only.
     assert diag_gflops({3: facts}) == {"0": 859.08, "1": 859.08}
     assert diag_gflops({}) == {}
+
+
+# --- peers from the accepted baseline run ----------------------------------------------------------------------------
+
+def baseline_run(count: int = 10, profile: str = H100):
+    from nvdeploy.results import RunResult
+
+    nodes = tuple(node(f"old{i:02d}", profile, nccl_all_reduce_busbw_gbps=480.0 + (i % 3) * 0.5) for i in range(count))
+    return RunResult("20261101T000000Z-abcdef", "rack", "validate", nodes)
+
+
+def test_a_small_run_is_judged_among_the_baseline_s_nodes():
+    nodes = [node("gpu01", nccl_all_reduce_busbw_gbps=480.5), node("gpu02", nccl_all_reduce_busbw_gbps=441.6)]
+    _, alone = evaluate_fleet(nodes, {})
+    assert alone[0].verdict is Verdict.SKIP and "validate --baseline RUN_DIR" in alone[0].summary
+    updated, cluster = evaluate_fleet(nodes, {}, baseline_run())
+    (finding,) = cluster
+    assert finding.verdict is Verdict.FAIL and finding.observed["nodes"] == 12
+    assert "12 h100-sxm-8x@2026.11.1 nodes (10 of them from baseline run 20261101T000000Z-abcdef)" in finding.summary
+    # Only this run's nodes are named; the baseline's are peers.
+    assert [o["node"] for o in finding.observed["outliers"]] == ["gpu02"]
+    assert set(finding.observed["values"]) == {"gpu01", "gpu02"}
+    (slow,) = [f for f in updated[1].findings if f.check == CHECK_ID]
+    assert "below the median of 12 h100-sxm-8x@2026.11.1 nodes (10 of them from baseline run" in slow.summary
+
+
+def test_baseline_peers_of_another_profile_or_too_few_do_not_count():
+    nodes = [node("gpu01", nccl_all_reduce_busbw_gbps=480.0), node("gpu02", nccl_all_reduce_busbw_gbps=441.6)]
+    _, cluster = evaluate_fleet(nodes, {}, baseline_run(profile="l40s-8x@1"))
+    assert cluster[0].verdict is Verdict.SKIP
+    _, cluster = evaluate_fleet(nodes, {}, baseline_run(count=5))
+    assert cluster[0].verdict is Verdict.SKIP and "measured on 2 nodes" in cluster[0].summary
+    # A node of this run that was also in the baseline counts once, with today's figure.
+    again = baseline_run(count=7)
+    nodes = [node("old00", nccl_all_reduce_busbw_gbps=440.0)]
+    _, cluster = evaluate_fleet(nodes, {}, again)
+    assert cluster[0].verdict is Verdict.SKIP  # 7 nodes in all

@@ -209,6 +209,9 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
                             accept_new_host_keys=accept_new_host_keys, sudo_password=password, checks=checks,
                             multinode_pattern=nccl_pattern, allow_busy=allow_busy, eval_processes=eval_processes,
                             progress=progress_for(sys.stderr, quiet, progress_s))
+    if waivers_file is not None and resume_dir is not None:
+        # The header of the run being resumed holds its waivers: the nodes already judged were judged with those.
+        raise _fail("--waivers is given when a run starts; a resumed run keeps the waivers it started with")
     if waivers_file is not None:
         options = dataclasses.replace(options, waivers=tuple(_waivers(waivers_file)))
     if baseline is not None:

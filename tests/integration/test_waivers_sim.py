@@ -66,3 +66,13 @@ def test_a_malformed_waiver_stops_the_run_naming_file_and_line(tmp_path):
     result, data = validate(tmp_path, waivers("someday"))
     assert result.exit_code == 2 and data is None
     assert f"{tmp_path / 'waivers.yaml'}:5: key 'until': must be a date YYYY-MM-DD" in result.output
+
+
+def test_a_resumed_run_keeps_the_waivers_it_started_with(tmp_path):
+    result, data = validate(tmp_path, waivers("2099-12-31"))
+    run_dir = next((tmp_path / "r" / "waived").iterdir())
+    resumed = CliRunner().invoke(cli, ["validate", "--resume", str(run_dir), "-i", str(tmp_path / "cluster.yaml"),
+                                       "--waivers", str(tmp_path / "waivers.yaml")], catch_exceptions=False)
+    assert resumed.exit_code == 2 and "a resumed run keeps the waivers it started with" in resumed.output
+    header = json.loads((run_dir / "results.jsonl").read_text().splitlines()[0])
+    assert [w["check"] for w in header["waivers"]] == ["memory.remapped_rows"]

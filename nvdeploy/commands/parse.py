@@ -133,7 +133,8 @@ def evaluate(fmt: str, text: str, parsed: Any, profile: Any, label: str) -> list
     result = CommandResult(name=collector, command=f"(captured) {label}", rc=0, stdout=text.encode("utf-8"))
     results = {collector: result}
     facts = node_facts(results)
-    fragment = is_fragment(parsed, fmt) and fmt != "dcgmi-diag"  # a dcgmi diag piece is judged by its own check
+    # a dcgmi diag piece is judged by its own check
+    fragment = is_fragment(parsed, fmt, profile) and fmt != "dcgmi-diag"
     if fmt in ("nvidia-smi-text", "nvidia-smi-csv") or (fmt == "nvidia-smi-xml" and fragment):
         usable = bool(getattr(parsed, "gpus", ()))
         facts["smi"] = parsed if usable else None
@@ -310,6 +311,8 @@ def parse_command(fmt: str, file: str, verdicts: bool, profile_name: Optional[st
             label = re.sub(r"[^\w.@:-]", "_", Path(file).name if file != "-" else "stdin")
             findings = evaluate(name, text, parsed, profile, label)
         worst = Verdict.worst((f.verdict for f in findings), default=Verdict.ERROR)
+        if parsed is not None:  # against the profile, a cut can show that did not show alone (NVLink lists)
+            out["fragment"] = is_fragment(parsed, name, profile)
         out["verdicts"] = {"profile": profile.stamp, "verdict": worst.value, "fragment": bool(out.get("fragment")),
                            "findings": [f.to_dict() for f in findings]}
         if not as_json and _on_terminal():

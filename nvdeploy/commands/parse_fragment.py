@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from nvdeploy.checks import NodeContext
 from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
@@ -60,15 +60,15 @@ WHAT_IS_MISSING = {
 Run = Callable[[NodeContext], list[Finding]]
 
 
-def is_fragment(parsed: Any, fmt: str = "") -> bool:
+def is_fragment(parsed: Any, fmt: str = "", profile: Any = None) -> bool:
     """The parser's ``fragment`` fact; for the formats whose parser has none, read off the facts: a topology
-    matrix with fewer rows than GPUs, an NVLink list cut at either end, an ibstat listing cut off or with ports
-    before any device."""
+    matrix with fewer rows than GPUs, an NVLink list cut at either end (judged against ``profile``: a last GPU
+    with fewer links than the SKU has), an ibstat listing cut off or with ports before any device."""
     if fmt == "nvidia-smi-topo":
         return bool(parsed.gpus) and (getattr(parsed, "fragment", False) or
                                       any(gpu not in parsed.matrix for gpu in parsed.gpus))
     if fmt == "nvidia-smi-nvlink":
-        return bool(cut_nvlink_gpus(parsed))
+        return bool(cut_nvlink_gpus(parsed, profile_links(profile)))
     if fmt == "ibstat":
         return _ibstat_cut(parsed)
     if fmt == "dcgmi-discovery":  # GPU rows without "N GPUs found.", or fewer rows than it says
@@ -77,15 +77,25 @@ def is_fragment(parsed: Any, fmt: str = "") -> bool:
     return bool(getattr(parsed, "fragment", False))
 
 
-def cut_nvlink_gpus(facts: Any) -> list[Any]:
+def profile_links(profile: Any) -> int | None:
+    """The SKU's NVLinks per GPU (the profile's ``nvlink.links``), None without an nvlink section."""
+    section = profile.extra.get("nvlink") if profile is not None else None
+    try:
+        return int(section["links"]) if isinstance(section, Mapping) and "links" in section else None
+    except (TypeError, ValueError):
+        return None
+
+
+def cut_nvlink_gpus(facts: Any, links: int | None = None) -> list[Any]:
     """GPUs whose link list the piece cuts: link lines before any ``GPU N:`` line (index -1), and a last GPU
-    that lists fewer links than another one, or none and no message (the paste ends there). nvidia-smi lists
-    every link of a GPU, so a short list anywhere else is a finding, not a cut."""
+    that lists fewer links than another one or than the SKU's ``links``, or none and no message (the paste ends
+    there). nvidia-smi lists every link of a GPU, up or down, so a short list elsewhere is a finding, not a cut."""
     gpus = list(getattr(facts, "gpus", ()))
     cut = [g for g in gpus if g.index < 0]
     if gpus and gpus[-1].index >= 0:
         last, others = gpus[-1], [g for g in gpus[:-1] if g.index >= 0]
-        if (others and len(last.links) < max(len(g.links) for g in others)) or (not last.links and not last.message):
+        most = max([len(g.links) for g in others] + [links or 0])
+        if len(last.links) < most or (not last.links and not last.message):
             cut.append(last)
     return cut
 
@@ -189,7 +199,7 @@ def nvlink_check(ctx: NodeContext, run: Run) -> list[Finding]:
     from nvdeploy.checks.nvlink import SPEED_TOLERANCE
 
     facts = ctx.facts["nvlink"]
-    cut = cut_nvlink_gpus(facts)
+    cut = cut_nvlink_gpus(facts, profile_links(ctx.profile))
     whole = tuple(g for g in facts.gpus if g not in cut)
     out: list[Finding] = []
     if whole:

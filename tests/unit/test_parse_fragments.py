@@ -246,6 +246,18 @@ def test_nvlink_list_cut_mid_gpu_is_not_links_missing():
     assert "FAIL" not in verdicts_of(by_check, "nvlink.links")  # before: FAIL "GPU1: 0 of 12 links listed"
 
 
+def test_nvlink_piece_of_one_gpu_fails_the_link_it_shows_down_not_the_links_it_does_not_show():
+    # GPU0 and its first five links (of 12) from a real capture, link 3 changed from 25 GB/s to <inactive>.
+    piece = lines("nvidia-smi-nvlink/a100-sxm4-80gb-8gpu-nvlink-status-12links-25GBs.txt", 1, 6)
+    assert piece.count("Link ") == 5 and "Link 3: 25 GB/s" in piece
+    data, by_check = judged("nvidia-smi-nvlink", piece.replace("Link 3: 25 GB/s", "Link 3: <inactive>"),
+                            profile="a100-sxm-8x")
+    assert_judges_only_what_it_shows(data, by_check)
+    (links,) = by_check["nvlink.links"]  # before: FAIL "... 5 of 12 links listed"
+    assert links["verdict"] == "FAIL" and "link(s) 3 inactive" in links["summary"]
+    assert "listed" not in links["summary"]
+
+
 def test_ibstat_piece_is_not_hcas_missing():
     data, by_check = judged("ibstat", lines("ibstat/ibstat-h100-node-8x-ib-ndr400-plus-mlx5_bond_0-all-active.txt",
                                             1, 20))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional
 
+from nvdeploy.parsers.cuda_install import parse_cuda_install
 from nvdeploy.parsers.dcgm import parse_dcgm_diag, parse_dcgm_discovery
 from nvdeploy.parsers.ibstat import parse_ibstat
 from nvdeploy.parsers.imex import parse_imex_files, parse_imex_query
@@ -73,6 +74,8 @@ def catalog_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
         "dcgm_diag": {},
         "nccl": _parse(results, "nccl_all_reduce", parse_nccl_tests),
         "kernel_driver": _kernel_driver(results.get("kernel_driver")),
+        # The CUDA toolkits under /usr/local (one find; exit 1 when a listed path is missing, still the listing).
+        "cuda_install": _parse(results, "cuda_toolkits", parse_cuda_install),
         # IMEX (checks/imex.py): systemctl exits 3 when inactive; -q exits non-zero when the daemon is not ready;
         # find exits 1 when a listed path is missing, which is the fact.
         "imex_service": _parse(_imex_ran(results, "imex_service"), "imex_service", parse_systemctl_state),

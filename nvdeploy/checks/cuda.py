@@ -11,7 +11,7 @@ from nvdeploy.checks.common import SMI, smi_gate, version_tuple
 from nvdeploy.checks.gating import raw_gate
 from nvdeploy.checks.registry import NodeContext, register
 from nvdeploy.collect_stack import CUDA_TOOLKITS
-from nvdeploy.parsers.cuda_install import CudaInstall, Toolkit, parse_cuda_install
+from nvdeploy.parsers.cuda_install import CudaInstall, Toolkit
 from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
 from nvdeploy.yamlfile import load_yaml_file
 
@@ -117,7 +117,10 @@ def cuda_compat(ctx: NodeContext) -> list[Finding]:
     if gated:
         return gated
     result = ctx.results[CUDA_TOOLKITS]
-    install: CudaInstall = parse_cuda_install(result.text)
+    install: Optional[CudaInstall] = ctx.facts.get("cuda_install")  # parsed in nvdeploy/parse_catalog.py
+    if install is None:
+        return [ctx.finding("cuda.compat", Verdict.ERROR, "the find over /usr/local was not parsed",
+                            reason=ErrorReason.UNPARSEABLE, collector=CUDA_TOOLKITS)]
     expected = _expected_toolkit(ctx.host_vars)
     if result.rc not in (0, 1) or (result.rc == 1 and not install.toolkits
                                    and "No such file" not in result.err_text):

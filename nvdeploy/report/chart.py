@@ -3,8 +3,9 @@
 One chart per bandwidth metric (NCCL bus bandwidth, H2D, ...). Per node the worst GPU counts. Up to
 ``BAR_LIMIT`` nodes it is a bar per node, sorted worst first, with the names written; above that a rank plot
 (every node a dot, sorted by value) where the outliers are drawn larger and named. An outlier is a node below
-the profile floor, or more than ``LOW_PCT`` percent below the median of its peers. Outliers are also listed as
-text under the chart, so nothing depends on colour.
+the profile floor, or one below its peers: named by the run's fleet.performance finding for that figure where the
+run judged it (the chart and the findings then agree), else more than ``LOW_PCT`` percent below the median.
+Outliers are also listed as text under the chart, so nothing depends on colour.
 """
 
 from __future__ import annotations
@@ -100,7 +101,25 @@ def _fmt(value: float) -> str:
     return f"{value:.0f}" if abs(value) >= 100 else f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
 
 
-def _chart(key: str, metrics: list[Metric]) -> Optional[Chart]:
+# The chart families of each figure fleet.performance judges (its cluster findings' ``observed.figure``).
+FLEET_FAMILIES = {"nccl_busbw": ("nccl.all_reduce", "fact:nccl_all_reduce_busbw_gbps")}
+
+
+def fleet_outliers(run: RunResult) -> dict[str, set[str]]:
+    """Chart family -> the nodes fleet.performance named below their peers, for the figures it judged (a SKIP
+    judged nothing: those charts keep the ``LOW_PCT`` rule)."""
+    out: dict[str, set[str]] = {}
+    for finding in run.cluster_findings:
+        observed = finding.observed if isinstance(finding.observed, dict) else {}
+        if finding.check != "fleet.performance" or finding.verdict.value == "SKIP" or "outliers" not in observed:
+            continue
+        named = {str(o.get("node")) for o in observed.get("outliers") or () if isinstance(o, dict)}
+        for family in FLEET_FAMILIES.get(str(observed.get("figure")), ()):
+            out.setdefault(family, set()).update(named)
+    return out
+
+
+def _chart(key: str, metrics: list[Metric], fleet_low: Optional[set[str]] = None) -> Optional[Chart]:
     unit = metrics[0].unit
     per_node: dict[str, Metric] = {}
     per_gpu = False
@@ -121,6 +140,8 @@ def _chart(key: str, metrics: list[Metric]) -> Optional[Chart]:
     def kind(metric: Metric) -> str:
         if metric.floor is not None and metric.value < metric.floor:
             return "floor"
+        if fleet_low is not None:
+            return "low" if metric.node in fleet_low else "ok"
         if median > 0 and metric.value < median * (1 - LOW_PCT / 100.0):
             return "low"
         return "ok"
@@ -200,5 +221,6 @@ def bandwidth_charts(run: RunResult) -> list[Chart]:
     for metrics in run_metrics(run.nodes).values():
         if metrics and metrics[0].is_bandwidth:
             families.setdefault(_family(metrics[0]), []).extend(metrics)
-    charts = [_chart(key, metrics) for key, metrics in families.items()]
+    judged = fleet_outliers(run)
+    charts = [_chart(key, metrics, judged.get(key)) for key, metrics in families.items()]
     return [c for c in charts if c is not None]

@@ -285,3 +285,24 @@ def test_baseline_peers_of_another_profile_or_too_few_do_not_count():
     nodes = [node("old00", nccl_all_reduce_busbw_gbps=440.0)]
     _, cluster = evaluate_fleet(nodes, {}, again)
     assert cluster[0].verdict is Verdict.SKIP  # 7 nodes in all
+
+
+# --- the report's bandwidth chart agrees with the findings ------------------------------------------------------------
+
+def test_the_bandwidth_chart_marks_the_nodes_fleet_performance_named():
+    from nvdeploy.report.chart import bandwidth_charts
+    from nvdeploy.results import RunResult
+
+    def measured(name: str, busbw: float) -> NodeResult:
+        return NodeResult(name, (Finding("nccl.all_reduce", Verdict.PASS, "busbw", node=name, observed=busbw,
+                                         expected=">= 452.2", unit="GB/s"),), profile=H100,
+                          facts={"nccl_all_reduce_busbw_gbps": busbw})
+
+    nodes = [measured(f"gpu{i:02d}", 480.0 + (i % 3) * 0.5) for i in range(1, 10)] + [measured("gpu10", 461.0)]
+    # 461 is 4% below: under the chart's own 5% rule, a WARN for fleet.performance.
+    updated, cluster = evaluate_fleet(nodes, {})
+    assert [o["node"] for o in cluster[0].observed["outliers"]] == ["gpu10"]
+    judged = bandwidth_charts(RunResult("r", "c", "validate", tuple(updated), cluster_findings=tuple(cluster)))
+    assert judged[0].low == ("gpu10",)
+    alone = bandwidth_charts(RunResult("r", "c", "validate", tuple(nodes)))
+    assert alone[0].low == ()

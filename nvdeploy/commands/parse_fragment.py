@@ -45,7 +45,7 @@ SMI_FIELDS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 # What each format's piece lacks, for the fragment finding.
 WHAT_IS_MISSING = {
-    "nvidia-smi-xml": "no <nvidia_smi_log> root",
+    "nvidia-smi-xml": "no <nvidia_smi_log> root, or cut off before its end",
     "nvidia-smi-text": "no 'Attached GPUs' header or table title, fewer GPU sections than attached GPUs, or "
                        "'[...]' elisions",
     "nvidia-smi-csv": "CSV rows without the header line",
@@ -123,6 +123,8 @@ def _missing(fmt: str, parsed: Any) -> str:
         count, sections = parsed.gpu_count_reported, len(parsed.gpus)
         if "no <nvidia_smi_log> root" in warnings:
             return "no <nvidia_smi_log> root"
+        if "cut off before its end" in warnings:
+            return "the XML is cut off before its end"
         if "without the table's title" in warnings:
             return "table rows without the table's title"
         if count is None:

@@ -15,7 +15,7 @@ from typing import Any
 from nvdeploy.parsers import dcgm, ibstat, kmsg, nccl_tests, nvidia_smi, nvlink, topo
 
 FORMATS: dict[str, Callable[[str], Any]] = {
-    "nvidia-smi-xml": nvidia_smi.parse_xml,
+    "nvidia-smi-xml": nvidia_smi.parse_xml_pasted,
     "nvidia-smi-text": nvidia_smi.parse_text,
     "nvidia-smi-csv": nvidia_smi.parse_csv,
     "nvidia-smi-topo": topo.parse_topo,

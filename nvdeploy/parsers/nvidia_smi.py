@@ -502,6 +502,19 @@ def parse_xml(text: str) -> SmiFacts:
     return _parse_xml(text, details=True)
 
 
+def parse_xml_pasted(text: str) -> SmiFacts:
+    """:func:`parse_xml` for a pasted capture (``nvdeploy parse``): a document cut off before its end, which
+    parse_xml refuses (a node's truncated output is ERROR), is read up to the cut as a fragment."""
+    facts = parse_xml(text)
+    if facts.gpus or not any(w.startswith("unparseable or truncated XML") for w in facts.warnings):
+        return facts
+    body, warnings = _prepare(text)
+    body = body.strip().lstrip("\ufeff")
+    if _XML_ROOT_RE.search(body) is None or "</nvidia_smi_log>" in body:
+        return facts  # malformed, not cut short: nothing is guessed
+    return _parse_xml_fragment(body, warnings, True, cut=True) or facts
+
+
 def xml_understood(text: str) -> bool:
     """Whether :func:`parse_xml` would read this document (GPUs, or no warning), without reading each GPU's
     fields: what a node whose GPU facts come from the NVML probe needs of its XML (a third of a simulated
@@ -632,11 +645,13 @@ def _xml_pieces(body: str) -> ET.Element:
     return root
 
 
-def _parse_xml_fragment(body: str, warnings: list[str], details: bool) -> SmiFacts | None:
+def _parse_xml_fragment(body: str, warnings: list[str], details: bool, cut: bool = False) -> SmiFacts | None:
     """A piece of ``nvidia-smi -q -x`` without its <nvidia_smi_log> root: its <gpu> elements, and GPU-level
-    elements before them (the piece began inside a <gpu>) as one GPU without index or bus id. None when it holds
-    no GPU data."""
+    elements before them (the piece began inside a <gpu>) as one GPU without index or bus id. ``cut``: a document
+    that starts with its root and ends early, read up to the cut. None when it holds no GPU data."""
     root = _xml_pieces(body)
+    if cut:
+        root = next((e for e in root if e.tag == "nvidia_smi_log"), root)
     loose = ET.Element("gpu")
     sections: list[tuple[_Tree, str | None]] = []
     unplaced: list[str] = []
@@ -659,8 +674,9 @@ def _parse_xml_fragment(body: str, warnings: list[str], details: bool) -> SmiFac
         sections.insert(0, (_flatten_xml(loose) if details else {}, None))
     if not sections:
         return None
-    warnings.append("input is a fragment of nvidia-smi -q -x output (no <nvidia_smi_log> root): only the GPUs "
-                    "and fields it shows are read")
+    warnings.append("input is a fragment of nvidia-smi -q -x output (cut off before its end): only the GPUs and "
+                    "fields before the cut are read" if cut else "input is a fragment of nvidia-smi -q -x output (no "
+                    "<nvidia_smi_log> root): only the GPUs and fields it shows are read")
     if unplaced:
         warnings.append(f"elements not placed in a GPU (their parent is not in the fragment): "
                         f"{', '.join(sorted(set(unplaced))[:10])}")

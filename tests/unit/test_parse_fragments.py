@@ -148,6 +148,19 @@ def test_xml_fragment_that_shows_dram_uncorrectable_2_fails_it():
     assert verdicts_of(by_check, "gpu.count") == ["SKIP"] and verdicts_of(by_check, "driver.loaded") == ["SKIP"]
 
 
+def test_xml_document_cut_off_after_the_ecc_block_fails_what_it_shows():
+    """The head of a real document up to its <ecc_errors> block's end (the paste stopped there), DRAM count 2."""
+    head = lines(A100_XML, 1, 280).replace("<dram_uncorrectable>0</dram_uncorrectable>",
+                                           "<dram_uncorrectable>2</dram_uncorrectable>", 1)
+    data, by_check = judged("auto", head, profile="a100-sxm-8x")
+    assert data["input_format"] == "nvidia-smi-xml"
+    assert_judges_only_what_it_shows(data, by_check)  # before: every finding ERROR "cut off or not XML"
+    assert verdicts_of(by_check, "memory.ecc_errors") == ["FAIL"]
+    (count,) = by_check["gpu.count"]  # from the document's <attached_gpus>, not from the one <gpu> shown
+    assert count["observed"] == 4 and "Attached GPUs" in count["summary"]
+    assert verdicts_of(by_check, "clocks.temperature") == ["SKIP"]  # <temperature> comes after the cut
+
+
 def test_xml_fragment_cut_inside_a_gpu_without_its_openers():
     """Cut from the middle of <volatile> to after <retired_pages>: the closing tags without openers place it."""
     piece = lines(A100_XML, 270, 292)

@@ -51,7 +51,7 @@ WHAT_IS_MISSING = {
     "nvidia-smi-csv": "CSV rows without the header line",
     "nvidia-smi-topo": "matrix rows without the header, or fewer rows than GPUs",
     "nvidia-smi-nvlink": "a GPU's link list cut off",
-    "nccl-tests": "result rows without the table header",
+    "nccl-tests": "result rows without the table header, or a table cut before its summary",
     "ibstat": "ports before any device line, or the listing cut off",
     "kmsg": "a kernel log that does not start at boot",
     "dcgmi-discovery": "GPU rows without the 'N GPUs found.' line, or fewer rows than it says",
@@ -71,6 +71,8 @@ def is_fragment(parsed: Any, fmt: str = "", profile: Any = None) -> bool:
         return bool(cut_nvlink_gpus(parsed, profile_links(profile)))
     if fmt == "ibstat":
         return _ibstat_cut(parsed)
+    if fmt == "nccl-tests":  # rows without the header, or a table cut before its summary footer
+        return bool(parsed.fragment or (parsed.rows and not parsed.complete and not parsed.errors))
     if fmt == "dcgmi-discovery":  # GPU rows without "N GPUs found.", or fewer rows than it says
         found = parsed.gpus_found
         return bool(parsed.gpus) and (found is None or len(parsed.gpus) < found)

@@ -207,6 +207,14 @@ def test_nccl_rows_without_header_fail_only_what_they_show():
     assert data["verdicts"]["verdict"] == "FAIL" and "#wrong 3" in by_check["nccl.all_reduce"][0]["summary"]
 
 
+def test_nccl_table_cut_before_the_large_sizes_is_not_a_bandwidth_failure():
+    head = lines(NCCL_A100, 1, 19)  # the header and the 32-128 MiB rows: the paste stops before 1 GiB
+    data, by_check = judged("auto", head, profile="a100-sxm-8x")
+    assert_judges_only_what_it_shows(data, by_check)
+    # Before: FAIL "busbw 204.27 GB/s at 128 MiB below the floor 223.2 GB/s", and ERROR "cut off".
+    assert verdicts_of(by_check, "nccl.all_reduce") == ["SKIP"]
+
+
 def test_default_table_rows_without_title_do_not_count_gpus():
     data, by_check = judged("auto", lines(TABLE_H100, 9, 16))
     assert data["input_format"] == "nvidia-smi-text" and data["gpu_count_reported"] is None

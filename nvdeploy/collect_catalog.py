@@ -77,8 +77,10 @@ NCCL_ALL_REDUCE = Collector(
     timeout_var="nccl_timeout", build=build_nccl_all_reduce)
 
 # How long the node has been up: nvlink.fabric says how long after boot a GPU's registration is still pending.
+# awk, not cat: the batch script itself runs cat, head, wc, dd and tail, and a tool it names must be free to be
+# replaced (tests put an argv echo in place of every collector's tool).
 UPTIME = Collector(
-    "uptime", ("cat", "/proc/uptime"), 10.0, description="seconds since boot (/proc/uptime)")
+    "uptime", ("awk", "{print $1}", "/proc/uptime"), 10.0, description="seconds since boot (/proc/uptime)")
 
 # This module's part of the catalog, in the order `nvdeploy/collect.py` lists it.
 COLLECTORS: tuple[Collector, ...] = (

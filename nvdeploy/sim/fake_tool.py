@@ -35,13 +35,16 @@ FAKE_TOOLS = ("nvidia-smi", "lspci", "dmesg", "journalctl", "dcgmi", "ibstat", "
               # the GPU stack around the driver (nvdeploy/sim/stack_tools.py)
               "find", "nvidia-cuda-mps-control", "docker", "ib_write_bw",
               # IMEX on NVLink domain trays (nvdeploy/sim/imex_tool.py)
-              "nvidia-imex-ctl")
+              "nvidia-imex-ctl",
+              # the uptime collector's awk (nvdeploy/sim/nvl72.py); any other awk is the real one
+              "awk")
 # Tools simulated only for some first arguments (a shell ``case`` pattern); every other call runs the real program,
 # which the batch script itself needs (``cat`` of its own temp files). name -> (pattern, real program).
-PARTIAL_TOOLS = {"cat": ("/etc/os-release|/proc/sys/kernel/random/boot_id|/proc/uptime|*nvdeploy*|/etc/modprobe.d/*"
+PARTIAL_TOOLS = {"cat": ("/etc/os-release|/proc/sys/kernel/random/boot_id|*nvdeploy*|/etc/modprobe.d/*"
                          "|/etc/cdi/*"
                          "|/etc/docker/*|/etc/containerd/*|/etc/nvidia-imex/*", "/bin/cat"),
                  "grep": ("-rsH", "/bin/grep"),
+                 "awk": ("'{print $1}'", "/usr/bin/awk"),
                  # only the cuda_toolkits collector's listing; the test machine's own /usr/local must not leak in
                  "find": ("/usr/local|/usr/bin/dockerd|/proc/driver/nvidia/version|/dev/nvidia-caps-imex-channels/*",
                           "/usr/bin/find")}

@@ -23,6 +23,7 @@ import re
 from dataclasses import replace
 
 from nvdeploy.sim.scenario import FACT_FILTERS, NodeFacts, NodeScenario, SimFabric, register_fault
+from nvdeploy.sim.tools import ToolOutput, register_tool
 
 UNHEALTHY_GPU = 2
 RESET_GPU = 1
@@ -82,3 +83,12 @@ def _trays(scenario: NodeScenario, facts: NodeFacts) -> NodeFacts:
 
 
 FACT_FILTERS.append(_trays)
+
+
+@register_tool("awk")
+def _awk(scenario: NodeScenario, args: list[str]) -> ToolOutput:
+    """Only the uptime collector's ``awk '{print $1}' /proc/uptime``: up since the simulated boot, 3 h before the
+    simulation's clock (nvdeploy/sim/tools.py BOOT_TIME)."""
+    if args == ["{print $1}", "/proc/uptime"]:
+        return ToolOutput(b"10800.00\n")
+    return ToolOutput(b"", b"awk: the simulator runs only awk '{print $1}' /proc/uptime\n", 2)

@@ -239,8 +239,6 @@ def _cat(scenario: NodeScenario, args: list[str]) -> tuple[ToolOutput, bool]:
             out.append(os_release(state))
         elif path == "/proc/sys/kernel/random/boot_id":
             out.append(boot_id(scenario, state) + "\n")
-        elif path == "/proc/uptime":  # up since the simulated boot, 3 h before the simulation's clock
-            out.append("10800.00 172000.00\n")
         elif path in state.files and not path.startswith("dnf-module:"):
             out.append(state.files[path])
         else:

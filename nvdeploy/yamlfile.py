@@ -106,6 +106,9 @@ class _Builder:
             return self.constructor.construct_object(node, deep=True)
         except yaml.YAMLError as exc:
             raise ConfigError(f"invalid value: {exc}", self.file, node.start_mark.line + 1) from None
+        except (ValueError, OverflowError) as exc:
+            # PyYAML makes a date of any YYYY-MM-DD scalar and raises ValueError for 2027-13-01: bad input.
+            raise ConfigError(f"invalid value {node.value!r}: {exc}", self.file, node.start_mark.line + 1) from None
 
 
 def load_yaml_text(text: str, file: str = "<input>") -> Any:

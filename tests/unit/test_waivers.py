@@ -91,7 +91,7 @@ def load_waivers_text(text: str):
     ("waivers:\n  - check: memory.remapped_rows\n    nodes: gpu1\n    until: 15.01.2027\n    owner: a\n"
      "    reason: b\n", 4, "until", "must be a date YYYY-MM-DD"),
     ("waivers:\n  - check: memory.remapped_rows\n    nodes: gpu1\n    until: 2027-13-01\n    owner: a\n"
-     "    reason: b\n", None, "until", "month must be in 1..12"),
+     "    reason: b\n", 4, None, "invalid value '2027-13-01': month must be in 1..12"),
     ("waivers:\n  - check: memory.nope\n    nodes: gpu1\n    until: 2027-01-01\n    owner: a\n    reason: b\n", 2,
      "check", "unknown check 'memory.nope'"),
     ("waivers:\n  - check: kmsg.xid\n    nodes: gpu1\n    until: 2027-01-01\n    owner: a\n    reason: b\n"
@@ -110,3 +110,15 @@ def test_a_malformed_waiver_names_file_line_and_key(tmp_path, text, line, key, m
     error = caught.value
     assert (error.file, error.line, error.key) == (str(path), line, key), error.render()
     assert message in error.message
+
+
+def test_an_impossible_date_anywhere_in_yaml_is_a_config_error_not_a_traceback(tmp_path):
+    from nvdeploy.inventory import load_inventory
+    from nvdeploy.profiles import ProfileCatalog
+
+    path = tmp_path / "inv.yaml"
+    path.write_text("all:\n  hosts:\n    a: {connection: sim, profile: h100-sxm-8x, note: 2027-02-30}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_inventory(path, ProfileCatalog())
+    assert (caught.value.file, caught.value.line) == (str(path), 3)
+    assert "invalid value '2027-02-30'" in caught.value.message

@@ -9,6 +9,7 @@ import re
 from collections import Counter, defaultdict
 from typing import Any, Mapping, Optional, Sequence
 
+from nvdeploy.checks.registry import CLUSTER_CHECKS
 from nvdeploy.hostrange import fold
 from nvdeploy.results import ErrorReason, Finding, NodeResult, Remediation, Verdict
 
@@ -27,6 +28,8 @@ DOC = inspect.cleandoc("""Runs nothing on the nodes: after every node's own chec
     Remediation: the tray's NVLink cabling/cartridges and the switch trays' NMX partition (NVIDIA GB200 NVL
     Multi-Node Tuning Guide; NVIDIA Mission Control manual, NVLink chapter), then reset or reboot the tray so its
     GPUs register again; or correct the inventory's ``rack`` var.""")
+# Its catalog text (``nvdeploy checks show nvlink.domain``); this module is imported with nvlink.fabric's.
+CLUSTER_CHECKS["nvlink.domain"] = DOC
 
 
 def registered_domains(smi: Any) -> dict[str, list[int]]:

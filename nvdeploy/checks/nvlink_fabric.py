@@ -7,9 +7,8 @@ import re
 from typing import Any, Optional
 
 from nvdeploy.checks.common import LOST_ACTION, SMI, gpu_label, smi_gate, split_gpus
-from nvdeploy.checks.nvlink_domain import DOC as DOMAIN_DOC
-from nvdeploy.checks.nvlink_domain import DOMAIN_CHECK, FABRIC_CHECK
-from nvdeploy.checks.registry import CLUSTER_CHECKS, NodeContext, register
+from nvdeploy.checks.nvlink_domain import FABRIC_CHECK
+from nvdeploy.checks.registry import NodeContext, register
 from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
 
 FABRIC = FABRIC_CHECK
@@ -22,8 +21,6 @@ PENDING_STATES = ("Not Started", "In Progress")
 _BAD_FLAGS = (("fabric_route_recovery_in_progress", "route recovery in progress"),
               ("fabric_route_unhealthy", "route unhealthy"),
               ("fabric_access_timeout_recovery", "access timeout recovery"))
-# The cluster stage's view of the same facts: the trays of each NVLink domain (nvdeploy/checks/nvlink_domain.py).
-CLUSTER_CHECKS[DOMAIN_CHECK] = DOMAIN_DOC
 FABRIC_DOC = ("NVIDIA GB200 NVL Multi-Node Tuning Guide and the NVLink chapter of the NVIDIA Mission Control manual "
               "(the GPU's fabric state, the NVLink switch trays' NMX, the tray's NVLink cartridges)")
 

@@ -52,8 +52,10 @@ def tray_fact(smi: Any, domain: Any) -> dict[str, Any]:
 
 
 def _label(key: str) -> str:
+    """``clique 32766 of cluster 7fe4076d``: the clusterUuid's first group is enough to tell a run's domains apart
+    (findings carry the whole one in ``observed``)."""
     uuid, _, clique = key.rpartition("/")
-    return f"clique {clique} of cluster {uuid}"
+    return f"clique {clique} of cluster {uuid.split('-')[0]}"
 
 
 def evaluate_domains(nodes: Sequence[NodeResult], racks_of: Optional[Mapping[str, Sequence[Any]]] = None
@@ -152,8 +154,8 @@ def evaluate_domains(nodes: Sequence[NodeResult], racks_of: Optional[Mapping[str
         if split:
             problems.append(f"tray(s) {fold(split)} split across domains")
         # What the report's NVLink domains table shows of each (nvdeploy/report/templates/report.html.j2).
-        observed = {"domain": title, "trays": fold(sorted(names)), "tray_count": len(names), "gpus": gpus,
-                    "problems": "; ".join(problems)}
+        observed = {"domain": title, "id": key, "trays": fold(sorted(names)), "tray_count": len(names),
+                    "gpus": gpus, "problems": "; ".join(problems)}
         expected = {"trays": size["trays"], "gpus": size["gpus"]}
         if not problems:
             findings.append(Finding(DOMAIN_CHECK, Verdict.PASS, f"{title}: {len(names)} trays, {gpus} GPUs "

@@ -124,3 +124,26 @@ def test_unreachable_trays_make_a_short_domain_error_not_fail():
 def test_no_tray_profile_no_domain_findings():
     updated, findings = evaluate_domains([NodeResult("n1", (), profile="h100-sxm-8x@1")], {})
     assert findings == [] and updated[0].findings == ()
+
+
+def test_without_rack_vars_a_short_domain_a_lone_tray_and_unregistered_trays_are_named():
+    a, b = "1111aaaa-0000-0000-0000-000000000001/7", "2222bbbb-0000-0000-0000-000000000002/7"
+    nodes = [tray("t1", {a: [0, 1, 2, 3]}), tray("t2", {a: [0, 1, 2, 3]}), tray("t3", {b: [0, 1, 2, 3]}),
+             tray("t4", {}), NodeResult("t5", (), profile="gb200-nvl72@1")]
+    updated, findings = evaluate_domains(nodes, None)
+    summaries = sorted((f.verdict, f.summary) for f in findings)
+    assert [v for v, _ in summaries] == [Verdict.FAIL] * 3, summaries
+    assert any("clique 7 of cluster 1111aaaa: short: 2 of 4 trays, 8 of 16 GPUs (trays t[1-2])" in s
+               for _, s in summaries)
+    assert any("tray t3 is in an NVLink domain of its own" in s for _, s in summaries)
+    assert any("2 tray(s) in no NVLink domain: t4: no GPU registered (see nvlink.fabric); t5: no fabric facts"
+               in s for _, s in summaries)
+    assert [f.verdict for f in next(n for n in updated if n.name == "t3").findings] == [Verdict.FAIL]
+
+
+def test_a_domain_larger_than_the_profile_says_fails():
+    a = "1111aaaa-0000-0000-0000-000000000001/7"
+    nodes = [tray(f"t{i}", {a: [0, 1, 2, 3]}) for i in range(1, 6)]
+    _, findings = evaluate_domains(nodes, {f"t{i}": ["r1"] for i in range(1, 6)})
+    assert [(f.verdict, "too large: 5 of 4 trays, 20 of 16 GPUs" in f.summary) for f in findings] == [
+        (Verdict.FAIL, True)]

@@ -34,6 +34,12 @@ The run's lifetime on the node:
   node stays busy. The watcher never holds it, and the script releases it (and removes its holder info and temp
   folder) before it prints the end marker: the controller may send the node its next batch the moment that
   marker arrives. Without flock(1) (util-linux) the batch runs unlocked.
+- **The controller knows how far the node got** (what it waits for, see :mod:`nvdeploy.transport.batch_budget`):
+  the script prints ``__NVD_STARTED__`` once every command has been started (after the lock and the password
+  check) and ``__NVD_RAN__`` once every command has ended, before the frames; the controller's time for each
+  stage counts from the line that began it, not from when the batch was sent (a loaded node's shell may start
+  seconds late, and the node's own ``timeout`` must be what stops a hung command). Both lines come before any
+  tool output, which is sent only inside frames at the end, so no tool can fake them.
 - **sudo: one password attempt per node.** With a password, the script first runs ``sudo -S -p '' -- true``
   alone and prints its outcome early (``__NVD_SUDO__``, so the controller's sudo gate can let the other nodes
   go on). Only when it succeeded do the sudo commands start; otherwise they are reported ``rc=s<N>`` (not run)
@@ -73,6 +79,11 @@ from nvdeploy.transport.sudo_gate import SudoGate, SudoTicket
 
 END_MARKER = b"__NVD_BATCH_END__"
 BUSY_MARKER = b"__NVD_BUSY__"
+# Printed when every command has been started, and when every command has ended (before the frames).
+STARTED_MARKER = b"__NVD_STARTED__"
+RAN_MARKER = b"__NVD_RAN__"
+# How far a batch got, from those lines (see stage_of).
+NOT_STARTED, STARTED, RAN = 0, 1, 2
 _HEADER = re.compile(
     rb"__NVD_CMD (\d+) rc=(\d+|x|s\d+) out=(\d+)/(\d+) err=(\d+)/(\d+)__\n"
 )
@@ -389,11 +400,15 @@ def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False, r
                          f"else {_not_run(index)}; fi")
         else:
             lines.append(_launch(index, spec, sudo_password))
+    # Every command's own timeout is running now: the controller counts the commands' limit from this line.
+    lines.append(f"printf '{STARTED_MARKER.decode()}\\n'")
     for index in range(len(commands)):
         if index in skipped:
             lines.append(f'[ "$nvd_s" = 0 ] && {{ {_wait(index)}; }}')
         else:
             lines.append(_wait(index))
+    # From here on only the sweep, the frames and their transfer are left: the controller gives them their own time.
+    lines.append(f"printf '{RAN_MARKER.decode()}\\n'")
     kept = " ".join(f"{index}.o {index}.e" for index in range(len(commands)))
     frames = " ".join(f"{index}.h {index}.o {index}.e" for index in range(len(commands)))
     lines += [
@@ -461,6 +476,26 @@ def _clean(text: str, limit: int = 200) -> str:
     return "".join(c if c.isprintable() else "?" for c in text)[:limit]
 
 
+def _after_sudo(raw: bytes) -> Optional[int]:
+    """Where the output after the password check's early line starts (0 without one); None while it is cut."""
+    sudo = _SUDO.match(raw)
+    if sudo is None:
+        return 0
+    end = sudo.end() + int(sudo.group(2))
+    return end if len(raw) >= end else None
+
+
+def stage_of(raw: bytes) -> int:
+    """How far the batch whose output starts with ``raw`` got: NOT_STARTED, STARTED (every command started) or RAN
+    (every command ended). Read only where those lines can be: after the password check's line, before any frame.
+    """
+    position = _after_sudo(raw)
+    if position is None or not raw.startswith(STARTED_MARKER + b"\n", position):
+        return NOT_STARTED
+    position += len(STARTED_MARKER) + 1
+    return RAN if raw.startswith(RAN_MARKER + b"\n", position) else STARTED
+
+
 def busy_holder(raw: bytes) -> Optional[str]:
     """The holder the node named when another run's lock refused this batch; None when it was not refused."""
     match = _BUSY.match(raw)  # the first thing a refused batch prints, and the only one
@@ -508,6 +543,9 @@ def parse_output(
     results: dict[int, CommandResult] = {}
     sudo = _SUDO.match(raw)
     position = sudo.end() + int(sudo.group(2)) if sudo else 0
+    for marker in (STARTED_MARKER, RAN_MARKER):  # how far the node got: for the controller's clock, not results
+        if raw.startswith(marker + b"\n", position):
+            position += len(marker) + 1
     while True:
         match = _HEADER.search(raw, position)
         if not match:

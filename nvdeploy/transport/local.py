@@ -17,6 +17,7 @@ from typing import Callable, Optional, Sequence
 from nvdeploy.results import CommandResult, ErrorReason
 from nvdeploy.transport import batch
 from nvdeploy.transport.base import CommandSpec, Transport
+from nvdeploy.transport.batch_budget import BatchBudget, batch_budget
 from nvdeploy.transport.sudo_gate import SudoGate
 
 _BATCH_SLACK_S = batch.KILL_GRACE_S + 5
@@ -26,6 +27,8 @@ _SECRET_ENV = ("NVDEPLOY_SUDO_PASSWORD",)
 
 class LocalTransport(Transport):
     name = "local"
+    # What runs the batch script (its last argument). A test puts a shell that starts late here.
+    shell: tuple[str, ...] = ("/bin/sh", "-c")
 
     def __init__(self, sudo_password: Optional[str] = None) -> None:
         self._procs: set[subprocess.Popen[bytes]] = set()
@@ -42,6 +45,7 @@ class LocalTransport(Transport):
     def run_batch(self, commands: Sequence[CommandSpec], deadline_s: Optional[float] = None) -> list[CommandResult]:
         if not commands:
             return []
+        # How long the run's sudo gate may hold this node back; the batch's own wait is its budget (batch_budget.py).
         limit = max(c.timeout_s for c in commands) + _BATCH_SLACK_S
         if deadline_s is not None:
             limit = min(limit, max(deadline_s, 0.1))
@@ -49,25 +53,25 @@ class LocalTransport(Transport):
 
         def execute(specs: Sequence[CommandSpec], password: Optional[str],
                     on_output: Callable[[bytes], None]) -> list[CommandResult]:
-            out, error, detail = self._exec(specs, password, on_output, limit - (time.monotonic() - started))
+            budget = batch_budget(specs, password is not None, deadline_s, started)
+            out, error, detail = self._exec(specs, password, on_output, budget)
             return batch.parse_output(specs, out, time.monotonic() - started, error, detail)
 
         gate = self.sudo_gate if self.sudo_gate is not None else self._own_gate
         return batch.run_gated(self.node or "localhost", gate, commands, limit, lambda: self._closed, execute)
 
     def _exec(self, specs: Sequence[CommandSpec], password: Optional[str], on_output: Callable[[bytes], None],
-              limit_s: float) -> tuple[bytes, Optional[ErrorReason], str]:
+              budget: BatchBudget) -> tuple[bytes, Optional[ErrorReason], str]:
         if self._closed:
             return b"", ErrorReason.INTERRUPTED, "run interrupted"
         script = batch.build_script(specs, sudo_password=password is not None, run_id=self.run_id,
                                     heartbeat_lost_s=batch.HEARTBEAT_LOST_S)
         env = {k: v for k, v in os.environ.items() if k not in _SECRET_ENV}
-        proc = subprocess.Popen(["/bin/sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        proc = subprocess.Popen([*self.shell, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True, env=env)
         with self._lock:
             self._procs.add(proc)
         out = bytearray()
-        started = time.monotonic()
         try:
             assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
             if password is not None:
@@ -81,9 +85,9 @@ class LocalTransport(Transport):
                 while sel.get_map():
                     if self._closed:
                         return bytes(out), ErrorReason.INTERRUPTED, "run interrupted"
-                    left = limit_s - (time.monotonic() - started)
+                    left = budget.left(time.monotonic())
                     if left <= 0:
-                        return bytes(out), ErrorReason.TIMEOUT, f"batch exceeded {limit_s:.0f} s"
+                        return bytes(out), ErrorReason.TIMEOUT, budget.expired()
                     if time.monotonic() - beat >= batch.HEARTBEAT_S:
                         beat = time.monotonic()
                         try:
@@ -97,12 +101,13 @@ class LocalTransport(Transport):
                             sel.unregister(key.fileobj)
                         elif key.fileobj is proc.stdout:
                             out += chunk
+                            budget.observe(out, time.monotonic())
                             on_output(bytes(out))
             on_output(bytes(out))
             try:
-                proc.wait(max(1.0, limit_s - (time.monotonic() - started)))
+                proc.wait(max(1.0, budget.left(time.monotonic())))
             except subprocess.TimeoutExpired:
-                return bytes(out), ErrorReason.TIMEOUT, f"batch exceeded {limit_s:.0f} s"
+                return bytes(out), ErrorReason.TIMEOUT, budget.expired()
             if self._closed and batch.END_MARKER not in out:
                 return bytes(out), ErrorReason.INTERRUPTED, "run interrupted"
             return bytes(out), None, ""

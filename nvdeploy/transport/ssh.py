@@ -21,7 +21,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 import paramiko
 from fabric import Config, Connection
@@ -29,6 +29,7 @@ from fabric import Config, Connection
 from nvdeploy.results import CommandResult, ErrorReason
 from nvdeploy.transport import batch
 from nvdeploy.transport.base import CommandSpec, Transport, TransportError
+from nvdeploy.transport.batch_budget import BatchBudget, batch_budget
 from nvdeploy.transport.sudo_gate import SudoGate
 
 # paramiko's DEBUG logging dumps channel data, and at ERROR its transport thread prints a full traceback for
@@ -487,6 +488,7 @@ class SSHTransport(Transport):
     def run_batch(self, commands: Sequence[CommandSpec], deadline_s: Optional[float] = None) -> list[CommandResult]:
         if not commands:
             return []
+        # How long the run's sudo gate may hold this node back; the batch's own wait is its budget (batch_budget.py).
         limit = max(c.timeout_s for c in commands) + _BATCH_SLACK_S
         if deadline_s is not None:
             limit = min(limit, max(deadline_s, 0.1))
@@ -498,8 +500,8 @@ class SSHTransport(Transport):
                                         heartbeat_lost_s=batch.HEARTBEAT_LOST_S)
             cap = sum(c.max_bytes for c in specs) * 2 + 65536
             stdin = (password + "\n").encode() if password is not None else b""
-            raw, error, detail = self._exec("sh -c " + _quote(script), stdin, limit - (time.monotonic() - started),
-                                            cap, on_output)
+            budget = batch_budget(specs, password is not None, deadline_s, started)
+            raw, error, detail = self._exec("sh -c " + _quote(script), stdin, budget, cap, on_output)
             return batch.parse_output(specs, raw, time.monotonic() - started, error, detail)
 
         if self.sudo_gate is None and self._sudo_password is not None and self._own_gate is None:
@@ -507,9 +509,12 @@ class SSHTransport(Transport):
         gate = self.sudo_gate if self.sudo_gate is not None else self._own_gate
         return batch.run_gated(self.node or self.address, gate, commands, limit, lambda: self._closed, execute)
 
-    def _exec(self, command: str, stdin: bytes, limit_s: float, cap: int,
+    def _exec(self, command: str, stdin: bytes, limit: Union[float, BatchBudget], cap: int,
               on_output: Optional[Callable[[bytes], None]] = None) -> tuple[bytes, Optional[ErrorReason], str]:
         """Run one command on a fresh channel: returns (stdout bytes, error reason, detail).
+
+        ``limit`` says how long to wait: seconds, or for a batch its budget, stage by stage from the lines the node
+        prints as it goes.
 
         The channel's stdin stays open (after ``stdin``, if any) until the answer is read: the batch takes EOF
         there as "the run ended" and kills what it started, so closing the channel, or losing the connection, or
@@ -523,9 +528,10 @@ class SSHTransport(Transport):
         transport = self._conn.client.get_transport()
         if transport is None or not transport.is_active():
             return b"", ErrorReason.CONNECTION_LOST, "SSH connection is gone"
-        started = time.monotonic()
+        budget = limit if isinstance(limit, BatchBudget) else BatchBudget.fixed(limit, time.monotonic())
         try:
-            channel = transport.open_session(timeout=max(0.1, min(limit_s, self.connect_timeout_s)))
+            channel = transport.open_session(timeout=max(0.1, min(budget.left(time.monotonic()),
+                                                                   self.connect_timeout_s)))
         except Exception as exc:  # noqa: BLE001
             return b"", ErrorReason.TIMEOUT if "Timeout" in str(exc) else ErrorReason.CONNECTION_LOST, \
                 f"could not open an SSH channel: {exc}"
@@ -537,7 +543,7 @@ class SSHTransport(Transport):
         dropped = 0
         try:
             channel.settimeout(self.connect_timeout_s)
-            _exec_request(channel, command, max(0.1, min(limit_s, self.connect_timeout_s)))
+            _exec_request(channel, command, max(0.1, min(budget.left(time.monotonic()), self.connect_timeout_s)))
             if stdin:
                 channel.sendall(stdin)
             beat = time.monotonic()
@@ -565,6 +571,8 @@ class SSHTransport(Transport):
                     # The batch script writes command stderr into its frames; stray shell noise is dropped.
                     channel.recv_stderr(_READ_CHUNK)
                     progressed = True
+                if progressed:
+                    budget.observe(out, time.monotonic())
                 if progressed and on_output is not None:
                     # The buffer itself, read during the call only: a copy per packet made a 4 MB answer cost
                     # hundreds of MB of copying.
@@ -576,13 +584,14 @@ class SSHTransport(Transport):
                     return bytes(out), ErrorReason.INTERRUPTED, "run interrupted"
                 if not transport.is_active():
                     return bytes(out), ErrorReason.CONNECTION_LOST, "SSH connection lost during the command"
-                if now - started > limit_s:
-                    return bytes(out), ErrorReason.TIMEOUT, f"no complete answer within {limit_s:.0f} s"
+                left = budget.left(now)
+                if left < 0:
+                    return bytes(out), ErrorReason.TIMEOUT, budget.expired()
                 if not progressed:
                     # Sleep until paramiko feeds data, EOF or a close (ours, the node's, or the connection's), the
                     # next heartbeat, or the limit. Polling every 20 ms instead cost 64 worker threads ~45 ms of
                     # controller CPU per node (measured with py-spy), more than the rest of the SSH work together.
-                    wait = min(beat + batch.HEARTBEAT_S, started + limit_s) - now
+                    wait = min(beat + batch.HEARTBEAT_S - now, left)
                     if ready is None:
                         time.sleep(min(_POLL_S, max(wait, 0.0)))
                     else:
@@ -590,7 +599,7 @@ class SSHTransport(Transport):
             if on_output is not None:
                 on_output(out)
             # After EOF the status follows at once (OpenSSH sends it before CLOSE); bounded all the same.
-            channel.status_event.wait(max(0.1, min(self.connect_timeout_s, limit_s - (time.monotonic() - started))))
+            channel.status_event.wait(max(0.1, min(self.connect_timeout_s, budget.left(time.monotonic()))))
             status = channel.exit_status if channel.status_event.is_set() else -1
             if status == -1:
                 if self._closed:  # our own close() (Ctrl-C, SIGTERM) ended the channel: resume must redo it

@@ -98,7 +98,7 @@ class BatchBudget:
             return f"no answer: the node had not started the commands {self.start_s:.0f} s after the request"
         if self.stage == batch.STARTED:
             return (f"no complete answer: the commands were still running {self.run_s:.0f} s after the node started "
-                    "them (a process their timeout could not end?)")
+                    "them (a process their timeout could not end, such as one in D state)")
         return f"no complete answer: the commands ended, but their output did not arrive within {self.wrap_s:.0f} s"
 
     def _deadline(self) -> float:

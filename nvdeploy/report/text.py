@@ -25,6 +25,9 @@ REASON_LIMIT = 400
 # The verdicts a node line shows, most severe first (FAIL outranks ERROR: see results.py).
 _SHOWN = sorted(NEEDS_ACTION, key=lambda v: -v.severity)
 _INDENT = " " * 6
+# A summary line's node list: past this, its first ranges and the count (the whole list is the FAIL/ERROR hosts
+# line, --failed-hosts and the report; 10,000 nodes with scattered failures folded to 1,800 characters).
+HOSTS_LIMIT = 100
 
 
 def _one_line(text: str) -> str:
@@ -45,6 +48,19 @@ def _checks_text(checks: list[str], room: int) -> str:
         if len(text) <= room:
             return text
     return f"{checks[0]} +{len(checks) - 1} more"
+
+
+def folded_brief(names: list[str], limit: int = HOSTS_LIMIT) -> str:
+    """The folded node list, or, when longer than ``limit``, its first ranges, "..." and how many nodes in all."""
+    text = fold(names)
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(",", 0, limit)
+    if cut <= 0:
+        cut = limit
+    shown = text[:cut]
+    close = "]" if shown.count("[") > shown.count("]") else ""
+    return f"{shown},...{close} ({len(names):,} nodes)"
 
 
 class _Group:
@@ -68,7 +84,7 @@ class _Group:
                             for _verdict, _checks, first in self.parts)
 
     def lines(self, verdict: str, width: int) -> list[str]:
-        head = f"{verdict:5} {fold(self.names)}"
+        head = f"{verdict:5} {folded_brief(self.names)}"
         if not self.parts:
             return [head]
         out = []
@@ -112,7 +128,8 @@ def node_summary_lines(nodes: Iterable[NodeResult], width: int = SUMMARY_WIDTH, 
         (Verdict(key[0]).severity, len(group.names), group.lines(key[0], width)) for key, group in groups.items()]
     if unrun:
         text = resume or "not run: the run was interrupted"
-        entries.append((Verdict.ERROR.severity, len(unrun), [f"{Verdict.ERROR.value:5} {fold(unrun)}  {text}"]))
+        entries.append((Verdict.ERROR.severity, len(unrun),
+                        [f"{Verdict.ERROR.value:5} {folded_brief(unrun)}  {text}"]))
     entries.sort(key=lambda entry: (-entry[0], -entry[1]))
     return [line for _severity, _count, lines in entries for line in lines]
 

@@ -33,3 +33,20 @@ def test_a_reason_is_cut_only_beyond_its_limit():
     (line,) = summary_lines(run)
     assert line.startswith("FAIL  gpu001  kmsg.xid: Xid 13 name=yyy") and line.endswith("\u2026")
     assert len(line) == len("FAIL  gpu001  kmsg.xid: ") + REASON_LIMIT
+
+
+def test_a_node_line_keeps_its_node_list_short_on_scattered_failures_of_a_large_fleet() -> None:
+    """10,000 nodes, every 7th failing: the PASS and FAIL lists folded to ~1,800 and ~700 characters each; a line
+    shows the first ranges and the count (the FAIL/ERROR hosts line keeps the whole list for pdsh/clush)."""
+    from nvdeploy.report.text import HOSTS_LIMIT, folded_brief, node_summary_lines
+
+    nodes = [NodeResult(f"gpu{i:05d}", (Finding("gpu.count", Verdict.FAIL if i % 7 == 0 else Verdict.PASS,
+                                                 "7 of 8 GPUs" if i % 7 == 0 else "8 of 8 GPUs"),))
+             for i in range(1, 10001)]
+    lines = node_summary_lines(nodes)
+    assert [line.split()[0] for line in lines] == ["FAIL", "PASS"]
+    assert lines[0].startswith("FAIL  gpu[00007,00014,00021,") and "(1,428 nodes)  gpu.count: 7 of 8 GPUs" in lines[0]
+    assert lines[1].startswith("PASS  gpu[00001-00006,00008-00013,") and lines[1].endswith("(8,572 nodes)")
+    assert all(len(line) <= 160 for line in lines), [len(line) for line in lines]
+    assert folded_brief(["gpu1", "gpu2", "gpu3"]) == "gpu[1-3]"
+    assert len(folded_brief([f"n{i}" for i in range(0, 5000, 2)])) <= HOSTS_LIMIT + len(",...] (2,500 nodes)")

@@ -13,11 +13,14 @@ import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import click
 
 PROFILE_ENV = "NVDEPLOY_PROFILE"
+# slurm.conf's HealthCheckProgram takes no arguments: the wrapper script may set these instead of the options.
+CONFIRM_ENV = "NVDEPLOY_CONFIRM"
+SETTLE_ENV = "NVDEPLOY_SETTLE"
 # Every light check that decides whether a job can run on the node (a CUDA job fails, or runs crippled, when one
 # of them fails): the GPUs and their memory, the kernel's Xid/SXid, the PCIe and NVLink links, the fabric
 # manager (on HGX a dead one fails every CUDA job) and the clocks (a throttling GPU holds back the whole job).
@@ -77,15 +80,25 @@ def run_node_check(name: str, profile: str, timeout_s: float, checks: tuple[str,
 @click.option("--resume", is_flag=True, help="On PASS, resume this node, only if nvdeploy drained it.")
 @click.option("--sudo", is_flag=True, help="Run the root-only collectors (dmesg) through sudo -n.")
 @click.option("--slurm-timeout", "slurm_timeout_s", type=click.FloatRange(min=1), default=10.0, show_default=True)
+@click.option("--confirm", "confirm", type=click.IntRange(min=1), default=None,
+              help=f"With --drain: drain only when a check failed in this many consecutive checks (or ${CONFIRM_ENV}; "
+                   f"default 2). The counts are kept on the node beside the run lock.")
+@click.option("--settle", "settle_s", type=click.FloatRange(min=0), default=None,
+              help=f"With --drain: within this many seconds of boot a FAIL is reported but never drains "
+                   f"(or ${SETTLE_ENV}; default 0).")
 def node_check_command(profile: Optional[str], node_name: Optional[str], timeout_s: float, drain: bool,
-                       drain_on_error: bool, resume: bool, sudo: bool, slurm_timeout_s: float) -> None:
+                       drain_on_error: bool, resume: bool, sudo: bool, slurm_timeout_s: float,
+                       confirm: Optional[int], settle_s: Optional[float]) -> None:
     """Quick checks of THIS node in a few seconds; one line; exit 0 PASS/WARN, 1 FAIL, 3 ERROR."""
     from nvdeploy.results import ExitCode, Verdict
+    from nvdeploy.slurm.confirm import DEFAULT_CONFIRM
 
     profile = profile or os.environ.get(PROFILE_ENV)
     if not profile:
         click.echo(f"nvdeploy: error: --profile or ${PROFILE_ENV} is required", err=True)
         raise click.exceptions.Exit(ExitCode.USAGE)
+    confirm = confirm if confirm is not None else _env_number(CONFIRM_ENV, int, DEFAULT_CONFIRM, 1)
+    settle_s = settle_s if settle_s is not None else _env_number(SETTLE_ENV, float, 0.0, 0)
     name = _node_name(node_name)
     started = time.monotonic()
     try:
@@ -97,6 +110,9 @@ def node_check_command(profile: Optional[str], node_name: Optional[str], timeout
     bad = [f for f in node.findings if f.verdict in (Verdict.FAIL, Verdict.ERROR)]  # type: ignore[attr-defined]
     code = {Verdict.FAIL: ExitCode.NOT_READY, Verdict.ERROR: ExitCode.INCOMPLETE}.get(verdict, ExitCode.READY)
     slurm_note = ""
+    flap_note = ""
+    if drain:
+        drain, flap_note = _confirmed(name, node, drain_on_error, confirm, settle_s)
     if drain or resume:
         slurm_note, failed = _slurm_step(name, node, drain, drain_on_error, resume, slurm_timeout_s)
         if failed and code == ExitCode.READY:
@@ -110,9 +126,53 @@ def node_check_command(profile: Optional[str], node_name: Optional[str], timeout
         # operator reading slurmd's log gets.
         detail += ": " + errors[0].summary[:200]
     line = f"nvdeploy node-check {name}: {verdict.value}" + (f" {detail}" if detail else "") + \
-        f" ({time.monotonic() - started:.2f} s)" + (f"; {slurm_note}" if slurm_note else "")
+        f" ({time.monotonic() - started:.2f} s)" + (f"; {flap_note}" if flap_note else "") + \
+        (f"; {slurm_note}" if slurm_note else "")
     click.echo(" ".join(line.split()))
     raise click.exceptions.Exit(int(code))
+
+
+def _env_number(var: str, kind: type, default: float, least: float) -> Any:
+    raw = os.environ.get(var, "").strip()
+    if not raw:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = None
+    if value is None or value != value or value < least or value == float("inf"):
+        what = "a whole number" if kind is int else "a number"
+        click.echo(f"nvdeploy: error: ${var}={raw!r} is not {what} of at least {least:g}", err=True)
+        raise click.exceptions.Exit(2)
+    return value
+
+
+def _confirmed(name: str, node: object, drain_on_error: bool, confirm: int, settle_s: float) -> tuple[bool, str]:
+    """Whether this check may drain (anti-flap, nvdeploy/slurm/confirm.py), and what the one line says when not.
+    Without a safe folder for the counts it drains on first sight, as before, and says so: holding back a drain
+    it cannot count would leave a broken node in service."""
+    from nvdeploy.commands.node_check_state import StateFile, boot_id, state_dir, uptime_s
+    from nvdeploy.slurm.confirm import decide
+
+    findings = node.findings  # type: ignore[attr-defined]
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    common = {"node": name, "boot_id": boot_id(), "confirm": confirm, "drain_on_error": drain_on_error,
+              "uptime_s": uptime_s(), "settle_s": settle_s, "now": now}
+    folder, why = state_dir()
+    if folder is None:
+        decision = decide(None, findings, **common)  # type: ignore[arg-type]
+        if decision.settling:
+            return False, decision.note
+        held = bool(decision.pending) and not decision.confirmed
+        return True, (f"anti-flap counts not kept ({why}): drained on first sight" if held else "")
+    try:
+        with StateFile(folder) as store:
+            decision = decide(store.read(), findings, **common)  # type: ignore[arg-type]
+            if decision.state is not None:
+                store.write(decision.state)
+    except OSError as exc:
+        return True, f"anti-flap counts not kept ({folder}: {exc.strerror}): drained on first sight"
+    return decision.may_drain, decision.note
 
 
 def _slurm_step(name: str, node: object, drain: bool, drain_on_error: bool, resume: bool,

@@ -53,7 +53,7 @@ def test_hung_tool_is_error_exit_3_not_a_hung_health_check(node) -> None:
 
 
 def test_drain_without_a_reachable_slurm_keeps_the_verdict_and_says_so(node) -> None:
-    done = node("gpu_missing", args=("--drain", "--slurm-timeout", "5"))
+    done = node("gpu_missing", args=("--drain", "--confirm", "1", "--slurm-timeout", "5"))
     assert done.returncode == 1
     assert "; slurm: " in done.stdout
 
@@ -93,3 +93,36 @@ def test_a_node_check_holding_the_lock_is_named_by_the_next_one(node, tmp_path: 
     finally:
         first.kill()
         first.wait(timeout=30)
+
+
+def test_drain_waits_for_the_second_fail_and_keeps_the_counts_beside_the_lock(node, tmp_path: Path) -> None:
+    """Anti-flap: the first FAIL is reported but Slurm is not asked; the second consecutive one drains."""
+    first = node("nvlink_down", args=("--drain", "--slurm-timeout", "2"))
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert first.stdout.rstrip().endswith("; FAIL seen 1 of 2 times: not drained yet"), first.stdout
+    assert "slurm" not in first.stdout
+    state = tmp_path / "lock" / "node-check.state.json"
+    assert oct(state.stat().st_mode & 0o777) == "0o600"
+    assert '"nvlink.links": {"count": 1, "verdict": "FAIL"}' in state.read_text()
+    second = node("nvlink_down", args=("--drain", "--slurm-timeout", "2"))
+    assert second.returncode == 1 and "not drained yet" not in second.stdout and "; slurm: " in second.stdout
+
+
+def test_a_pass_between_two_fails_holds_the_drain_again(node) -> None:
+    node("nvlink_down", args=("--drain",))
+    assert node(args=("--drain",)).returncode == 0
+    again = node("nvlink_down", args=("--drain",))
+    assert "FAIL seen 1 of 2 times: not drained yet" in again.stdout, again.stdout
+
+
+def test_confirm_from_the_environment_and_settle_after_boot(node, monkeypatch) -> None:
+    monkeypatch.setenv("NVDEPLOY_CONFIRM", "1")
+    once = node("gpu_missing", args=("--drain", "--slurm-timeout", "2"))
+    assert "not drained" not in once.stdout and "; slurm: " in once.stdout, once.stdout
+    # Any machine's uptime is inside a settle time this long: reported FAIL, never drained, Slurm not asked.
+    settling = node("gpu_missing", args=("--drain", "--confirm", "1", "--settle", "1e9"))
+    assert settling.returncode == 1 and "FAIL within the settle time (" in settling.stdout, settling.stdout
+    assert "slurm" not in settling.stdout
+    monkeypatch.setenv("NVDEPLOY_CONFIRM", "0")
+    bad = node(args=("--drain",))
+    assert bad.returncode == 2 and "$NVDEPLOY_CONFIRM='0' is not a whole number of at least 1" in bad.stderr, bad.stderr

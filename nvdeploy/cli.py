@@ -254,6 +254,7 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
 def _waivers(path: Path) -> list[Any]:
     """The waivers of ``path`` (a malformed one: exit 2 naming file and line); an expired one is an error line on
     stderr naming its file and line, and waives nothing (its findings count again)."""
+    import nvdeploy.checks.cluster  # noqa: F401 - registers the cluster stage's own ids (consistency, fleet.drift)
     from nvdeploy.checks import CHECKS
     from nvdeploy.checks.registry import CLUSTER_CHECKS
     from nvdeploy.waivers import expired, load_waivers, today_utc

@@ -55,6 +55,8 @@ _FLEET_RULE: dict[str, tuple[Callable[[Any], bool], str]] = {
     "warn_z": (_number, "a positive number (the robust z at or below minus it is an outlier)"),
     "fail_z": (_number, "a positive number (the robust z at or below minus it is an outlier)"),
     "z_min_pct": (_nonnegative, "a percentage >= 0"),
+    # fleet.drift (checks/fleet_drift.py): the fall since the node's own figure in the accepted run.
+    "drift_pct": (_pct, "a percentage (0-100] below the node's figure in the baseline run"),
 }
 
 

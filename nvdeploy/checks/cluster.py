@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Mapping, Optional, Sequence
 
+from nvdeploy.checks.fleet_drift import evaluate_drift
 from nvdeploy.checks.registry import CLUSTER_CHECKS
 from nvdeploy.hostrange import fold
 from nvdeploy.results import Finding, NodeResult, Remediation, RunResult, Verdict
@@ -103,5 +104,9 @@ def evaluate_cluster(nodes: Sequence[NodeResult], racks_of: Optional[Mapping[str
         from nvdeploy.checks.fleet import evaluate_fleet
 
         updated, more = evaluate_fleet(updated, fleet, fleet_baseline)
+        findings.extend(more)
+        # And against the node's own figures of the accepted run: a node degrading inside the band
+        # (nvdeploy/checks/fleet_drift.py; nothing without a baseline).
+        updated, more = evaluate_drift(updated, fleet, fleet_baseline)
         findings.extend(more)
     return updated, findings

@@ -1,7 +1,8 @@
 """The run history: one SQLite file beside the reports (``<out>/history.sqlite``), no server.
 
 Every run is recorded in it (:func:`record_run`), so an operator can ask how a node or a check fared over the
-last quarters (``nvdeploy history --node gpu007``, ``--check memory.ecc_errors``). The database is an index, never
+last quarters (``nvdeploy history --node gpu007``, ``--check memory.ecc_errors``, a measured figure's trend
+with ``--node gpu007 --figure nccl_busbw``). The database is an index, never
 the only copy: the run folders are the source of truth, and :func:`rebuild_history` recreates the database from
 them, so deleting or losing it never loses a run.
 """
@@ -21,7 +22,10 @@ from nvdeploy.results import Finding, RunResult, Verdict
 from nvdeploy.runs import RunLoadError, find_run_dirs, load_run
 
 DB_NAME = "history.sqlite"
-SCHEMA_VERSION = 1
+# 2: the ``figures`` table (each node's fleet figures per run). A database of version 1 gets the table on its next
+# open (CREATE TABLE IF NOT EXISTS) and stays readable by both; its older runs have no figure rows until
+# ``nvdeploy history rebuild`` re-records them from their folders.
+SCHEMA_VERSION = 2
 _BATCH_ROWS = 5000
 
 _SCHEMA = """
@@ -44,6 +48,10 @@ CREATE TABLE IF NOT EXISTS findings (
 CREATE INDEX IF NOT EXISTS findings_node ON findings (node, check_id);
 CREATE INDEX IF NOT EXISTS findings_check ON findings (check_id, verdict);
 CREATE INDEX IF NOT EXISTS runs_started ON runs (started_at);
+CREATE TABLE IF NOT EXISTS figures (
+    run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE, node TEXT NOT NULL, profile TEXT NOT NULL,
+    figure TEXT NOT NULL, gpu INTEGER, value REAL NOT NULL, unit TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS figures_node ON figures (node, figure);
 """
 
 
@@ -73,7 +81,12 @@ def _connect(db_path: Path, create: bool = True) -> Iterator[sqlite3.Connection]
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA foreign_keys = ON")
         conn.executescript(_SCHEMA)
-        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        # Never lowered: an older nvdeploy writing its own number would say the figures table is not there.
+        # (Read, then written: SQLite's upsert is newer than some distributions' SQLite.)
+        kept = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if kept is None or not str(kept[0]).isdigit() or int(kept[0]) < SCHEMA_VERSION:
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
+                         (str(SCHEMA_VERSION),))
         yield conn
         conn.commit()
     except sqlite3.DatabaseError as exc:
@@ -109,16 +122,40 @@ def _insert(conn: sqlite3.Connection, run: RunResult, run_dir: str) -> None:
     finding_rows: list[tuple[Any, ...]] = []
     node_insert = "INSERT INTO nodes VALUES (?,?,?,?,?,?,?)"
     finding_insert = "INSERT INTO findings VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+    figure_rows: list[tuple[Any, ...]] = []
     for node in run.nodes:
         conn.execute(node_insert, (run.run_id, node.name, node.verdict.value, node.profile,
                                    _text(node.facts.get("driver_version")), _text(node.facts.get("cuda_version")),
                                    json.dumps(version_facts(node), sort_keys=True)))
         finding_rows.extend(_finding_rows(run.run_id, node.name, node.findings))
+        figure_rows.extend(_figure_rows(run.run_id, node))
         if len(finding_rows) >= _BATCH_ROWS:
             conn.executemany(finding_insert, finding_rows)
             finding_rows.clear()
+        if len(figure_rows) >= _BATCH_ROWS:
+            conn.executemany("INSERT INTO figures VALUES (?,?,?,?,?,?,?)", figure_rows)
+            figure_rows.clear()
     finding_rows.extend(_finding_rows(run.run_id, "", run.cluster_findings))
     conn.executemany(finding_insert, finding_rows)
+    conn.executemany("INSERT INTO figures VALUES (?,?,?,?,?,?,?)", figure_rows)
+
+
+def figure_ids() -> dict[str, Any]:
+    """The figures the history keeps per node: fleet.performance's (checks/fleet.py FIGURES), by id."""
+    from nvdeploy.checks.fleet import FIGURES
+
+    return {f.id: f for f in FIGURES}
+
+
+def _figure_rows(run_id: str, node: Any) -> Iterator[tuple[Any, ...]]:
+    # The node's measured figures read from its facts exactly as fleet.performance reads them (per GPU where the
+    # figure is per GPU), so the trend and the fleet rule see the same numbers.
+    from nvdeploy.checks.fleet import samples_of
+
+    for figure in figure_ids().values():
+        for profile, samples in samples_of(figure, [node]).items():
+            for sample in samples:
+                yield (run_id, node.name, profile, figure.id, sample.gpu, sample.value, figure.unit)
 
 
 def _finding_rows(run_id: str, node_name: str, findings: Iterable[Finding]) -> Iterator[tuple[Any, ...]]:
@@ -258,3 +295,21 @@ def check_record(db_path: Union[str, Path], check: str, cluster: Optional[str] =
     for (run_id, node), verdict in worst.items():
         out[run_id]["nodes"].setdefault(verdict, []).append(node or "(cluster)")
     return list(out.values())
+
+
+def figure_record(db_path: Union[str, Path], node: str, figure: str, cluster: Optional[str] = None,
+                  since: Optional[str] = None) -> list[dict[str, Any]]:
+    """One node's figure over time: per run the node is in, oldest first, its values ({GPU or None: value}, empty
+    when the run did not measure it or was recorded before the history kept figures)."""
+    where, args = _filters("r.", cluster=cluster, since=since)
+    where = (where + " AND" if where else "WHERE") + " n.node = ?"
+    with _connect(Path(db_path), create=False) as conn:
+        runs = [dict(r) for r in conn.execute(
+            "SELECT r.run_id, r.cluster, r.started_at, r.level, n.profile FROM runs r "  # noqa: S608
+            f"JOIN nodes n USING (run_id) {where} ORDER BY r.started_at, r.run_id", [*args, node]).fetchall()]
+        for row in runs:
+            values = conn.execute("SELECT gpu, value, unit FROM figures WHERE run_id = ? AND node = ? AND figure = ? "
+                                  "ORDER BY gpu", (row["run_id"], node, figure)).fetchall()
+            row["values"] = {v["gpu"]: v["value"] for v in values}
+            row["unit"] = values[0]["unit"] if values else ""
+    return runs

@@ -1,7 +1,8 @@
 """``nvdeploy history``: the runs recorded beside the reports, and a node's or a check's record over time.
 
 ``nvdeploy history`` lists runs; ``--node gpu007`` shows that node run by run; ``--check memory.ecc_errors``
-shows which nodes failed that check in each run; ``--since 2025-12-01`` limits to recent runs.
+shows which nodes failed that check in each run; ``--node gpu007 --figure nccl_busbw`` shows a measured figure's
+trend on that node; ``--since 2025-12-01`` limits to recent runs.
 ``nvdeploy history rebuild`` recreates the database from the run folders (the folders are the source of truth).
 """
 
@@ -19,6 +20,8 @@ from nvdeploy.history import (
     HistoryError,
     check_record,
     default_db_path,
+    figure_ids,
+    figure_record,
     list_runs,
     node_record,
     rebuild_history,
@@ -70,6 +73,30 @@ def _print_node(node: str, check: Optional[str], rows: list[dict[str, Any]]) -> 
             click.echo(f"    {f['verdict']:5} {f['check_id']}{gpu}: {_short(f['summary'])}{observed}")
 
 
+def _print_figure(node: str, figure: str, rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        click.echo(f"{node}: not in any recorded run")
+        return
+    about = figure_ids()[figure]
+    measured = [r for r in rows if r["values"]]
+    click.echo(f"{node} {figure} ({about.what}) in {len(measured)} of {len(rows)} run{'s' if len(rows) != 1 else ''}"
+               + (" (per GPU: the slowest GPU, then every GPU)" if about.per_gpu else "") + ":")
+    first: Optional[float] = None
+    for r in rows:
+        head = f"{_when(r['started_at']):16}  {r['run_id']:26}  {r['level']:8}"
+        if not r["values"]:
+            click.echo(f"{head}  not measured (or recorded before the history kept figures: "
+                       "nvdeploy history rebuild)")
+            continue
+        values = r["values"]
+        gpu, value = min(values.items(), key=lambda kv: (kv[1], kv[0] if kv[0] is not None else -1))
+        first = value if first is None else first
+        change = f"  {(value - first) / first * 100:+.1f}% vs first" if first and r is not measured[0] else ""
+        where = f" (GPU{gpu})" if gpu is not None else ""
+        gpus = ("  GPUs " + " ".join(f"{v:g}" for _, v in sorted(values.items()))) if about.per_gpu else ""
+        click.echo(f"{head}  {value:g} {r['unit']}{where}{change}{gpus}")
+
+
 def _print_check(check: str, rows: list[dict[str, Any]]) -> None:
     if not rows:
         click.echo(f"{check}: no recorded run has this check")
@@ -88,6 +115,8 @@ def _print_check(check: str, rows: list[dict[str, Any]]) -> None:
 @click.group("history", invoke_without_command=True)
 @click.option("--node", default=None, help="Show this node's record over time.")
 @click.option("--check", "check_id", default=None, help="Show this check over time (with --node: on that node).")
+@click.option("--figure", default=None,
+              help="With --node: this measured figure over time (nccl_busbw, dcgm_gflops: fleet.performance's).")
 @click.option("--cluster", default=None, help="Only runs of this cluster.")
 @click.option("--since", default=None, help="Only runs started on or after this date (YYYY-MM-DD).")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the last N runs (run list).")
@@ -95,15 +124,23 @@ def _print_check(check: str, rows: list[dict[str, Any]]) -> None:
               help=f"The history database (default: the state folder's {DB_NAME}).")
 @state_dir_option("state")
 @click.pass_context
-def history_group(ctx: click.Context, node: Optional[str], check_id: Optional[str], cluster: Optional[str],
-                  since: Optional[str], limit: Optional[int], db: Optional[Path], state: Optional[Path]) -> None:
-    """Runs recorded in the history, or a node's / a check's record over time."""
+def history_group(ctx: click.Context, node: Optional[str], check_id: Optional[str], figure: Optional[str],
+                  cluster: Optional[str], since: Optional[str], limit: Optional[int], db: Optional[Path],
+                  state: Optional[Path]) -> None:
+    """Runs recorded in the history, or a node's / a check's / a figure's record over time."""
     if ctx.invoked_subcommand is not None:
         return
+    if figure is not None:
+        if not node or check_id:
+            raise _fail("--figure shows one node's figure: give it with --node NODE (and without --check)")
+        if figure not in figure_ids():
+            raise _fail(f"unknown figure {figure!r}: one of {', '.join(figure_ids())}")
     chosen = None if db else state_dir(state)
     path = db or default_db_path(chosen.path if chosen else Path())
     try:
-        if node:
+        if node and figure:
+            _print_figure(node, figure, figure_record(path, node, figure, cluster, since))
+        elif node:
             _print_node(node, check_id, node_record(path, node, check_id, cluster, since))
         elif check_id:
             _print_check(check_id, check_record(path, check_id, cluster, since))

@@ -12,6 +12,7 @@ from nvdeploy.history import (
     HistoryError,
     check_record,
     default_db_path,
+    figure_record,
     list_runs,
     node_record,
     rebuild_history,
@@ -153,3 +154,55 @@ def test_every_finding_is_recorded_across_the_insert_batches(tmp_path, monkeypat
         rows = conn.execute("SELECT node, check_id, verdict FROM findings ORDER BY rowid").fetchall()
     expected = [(n.name, f.check, f.verdict.value) for n in run.nodes for f in n.findings]
     assert rows == expected + [("", "fabric.consistency", "WARN")]
+
+
+def _measured(run_id: str, started: str, busbw: float, gflops: dict) -> RunResult:
+    node = NodeResult("gpu01", (Finding("nccl.all_reduce", Verdict.PASS, "busbw", node="gpu01"),),
+                      profile="h100-sxm-8x@2026.11.1",
+                      facts={"nccl_all_reduce_busbw_gbps": busbw, "dcgm_diag_gflops": {str(g): v for g, v in
+                                                                                       gflops.items()}})
+    return RunResult(run_id, "rack", "validate", (node,), started_at=started, level="standard", user="ops")
+
+
+def test_a_nodes_figure_trend_through_the_cli(tmp_path):
+    db = tmp_path / "h.sqlite"
+    record_run(db, _measured("r1", "2026-09-01T00:00:00+00:00", 480.0, {0: 860.0, 1: 858.0}), tmp_path)
+    record_run(db, quarter("r2", "2026-10-01T00:00:00+00:00", ()), tmp_path)  # quick: gpu01 without figures
+    record_run(db, _measured("r3", "2026-11-01T00:00:00+00:00", 451.2, {0: 859.0, 1: 790.0}), tmp_path)
+    rows = figure_record(db, "gpu01", "nccl_busbw")
+    assert [(r["run_id"], r["values"]) for r in rows] == [("r1", {None: 480.0}), ("r2", {}), ("r3", {None: 451.2})]
+    runner = CliRunner()
+    out = runner.invoke(cli, ["history", "--db", str(db), "--node", "gpu01", "--figure", "nccl_busbw"])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert lines[0].startswith("gpu01 nccl_busbw (nccl-tests all_reduce busbw") and "in 2 of 3 runs" in lines[0]
+    assert lines[1].endswith("r1                          standard  480 GB/s")
+    assert "not measured" in lines[2]
+    assert lines[3].endswith("451.2 GB/s  -6.0% vs first")
+    gpus = runner.invoke(cli, ["history", "--db", str(db), "--node", "gpu01", "--figure", "dcgm_gflops"]).output
+    assert "790 gigaflops (GPU1)  -7.9% vs first  GPUs 859 790" in gpus, gpus
+    bad = runner.invoke(cli, ["history", "--db", str(db), "--figure", "nccl_busbw"])
+    assert bad.exit_code == 2 and "--figure shows one node's figure: give it with --node NODE" in bad.output
+    unknown = runner.invoke(cli, ["history", "--db", str(db), "--node", "gpu01", "--figure", "gemm"])
+    assert unknown.exit_code == 2 and "unknown figure 'gemm': one of nccl_busbw, dcgm_gflops" in unknown.output
+
+
+def test_a_version_1_database_stays_readable_and_gets_the_figures_table(tmp_path):
+    """A history written before figures were kept: its runs read as before, their figures as not measured."""
+    db = tmp_path / "old.sqlite"
+    record_run(db, quarter("old", "2026-02-01T00:00:00+00:00", ("gpu02",)), tmp_path)
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TABLE figures")
+    conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    assert [r["run_id"] for r in node_record(db, "gpu02")] == ["old"]
+    assert [r["values"] for r in figure_record(db, "gpu02", "nccl_busbw")] == [{}]
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
+    # A newer nvdeploy's number is never lowered by this one.
+    conn.execute("UPDATE meta SET value = '9' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    list_runs(db)
+    assert sqlite3.connect(db).execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("9",)

@@ -50,7 +50,7 @@ CREATE INDEX IF NOT EXISTS findings_check ON findings (check_id, verdict);
 CREATE INDEX IF NOT EXISTS runs_started ON runs (started_at);
 CREATE TABLE IF NOT EXISTS figures (
     run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE, node TEXT NOT NULL, profile TEXT NOT NULL,
-    figure TEXT NOT NULL, gpu INTEGER, value REAL NOT NULL, unit TEXT NOT NULL);
+    figure TEXT NOT NULL, gpu INTEGER, path TEXT, value REAL NOT NULL, unit TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS figures_node ON figures (node, figure);
 """
 
@@ -133,11 +133,11 @@ def _insert(conn: sqlite3.Connection, run: RunResult, run_dir: str) -> None:
             conn.executemany(finding_insert, finding_rows)
             finding_rows.clear()
         if len(figure_rows) >= _BATCH_ROWS:
-            conn.executemany("INSERT INTO figures VALUES (?,?,?,?,?,?,?)", figure_rows)
+            conn.executemany("INSERT INTO figures VALUES (?,?,?,?,?,?,?,?)", figure_rows)
             figure_rows.clear()
     finding_rows.extend(_finding_rows(run.run_id, "", run.cluster_findings))
     conn.executemany(finding_insert, finding_rows)
-    conn.executemany("INSERT INTO figures VALUES (?,?,?,?,?,?,?)", figure_rows)
+    conn.executemany("INSERT INTO figures VALUES (?,?,?,?,?,?,?,?)", figure_rows)
 
 
 def figure_ids() -> dict[str, Any]:
@@ -151,11 +151,13 @@ def _figure_rows(run_id: str, node: Any) -> Iterator[tuple[Any, ...]]:
     # The node's measured figures read from its facts exactly as fleet.performance reads them (per GPU where the
     # figure is per GPU), so the trend and the fleet rule see the same numbers.
     from nvdeploy.checks.fleet import samples_of
+    from nvdeploy.checks.fleet_drift import measured_figures
 
-    for figure in figure_ids().values():
+    for figure in measured_figures([node]):
         for profile, samples in samples_of(figure, [node]).items():
             for sample in samples:
-                yield (run_id, node.name, profile, figure.id, sample.gpu, sample.value, figure.unit)
+                yield (run_id, node.name, profile, figure.id, sample.gpu, getattr(figure, "key", None), sample.value,
+                       figure.unit)
 
 
 def _finding_rows(run_id: str, node_name: str, findings: Iterable[Finding]) -> Iterator[tuple[Any, ...]]:
@@ -300,16 +302,17 @@ def check_record(db_path: Union[str, Path], check: str, cluster: Optional[str] =
 def figure_record(db_path: Union[str, Path], node: str, figure: str, cluster: Optional[str] = None,
                   since: Optional[str] = None) -> list[dict[str, Any]]:
     """One node's figure over time: per run the node is in, oldest first, its values ({GPU or None: value}, empty
-    when the run did not measure it or was recorded before the history kept figures)."""
+    when the run did not measure it or was recorded before the history kept figures; a per-path figure by path)."""
     where, args = _filters("r.", cluster=cluster, since=since)
     where = (where + " AND" if where else "WHERE") + " n.node = ?"
     with _connect(Path(db_path), create=False) as conn:
         runs = [dict(r) for r in conn.execute(
+            # Two runs started in the same second (the time's resolution) in the order they were recorded.
             "SELECT r.run_id, r.cluster, r.started_at, r.level, n.profile FROM runs r "  # noqa: S608
-            f"JOIN nodes n USING (run_id) {where} ORDER BY r.started_at, r.run_id", [*args, node]).fetchall()]
+            f"JOIN nodes n USING (run_id) {where} ORDER BY r.started_at, r.rowid", [*args, node]).fetchall()]
         for row in runs:
-            values = conn.execute("SELECT gpu, value, unit FROM figures WHERE run_id = ? AND node = ? AND figure = ? "
-                                  "ORDER BY gpu", (row["run_id"], node, figure)).fetchall()
-            row["values"] = {v["gpu"]: v["value"] for v in values}
+            values = conn.execute("SELECT gpu, path, value, unit FROM figures WHERE run_id = ? AND node = ? AND "
+                                  "figure = ? ORDER BY gpu, path", (row["run_id"], node, figure)).fetchall()
+            row["values"] = {(v["path"] if v["path"] is not None else v["gpu"]): v["value"] for v in values}
             row["unit"] = values[0]["unit"] if values else ""
     return runs

@@ -39,6 +39,20 @@ class Drift:
     pct_fall: float  # positive: fell; negative: rose
 
 
+def measured_figures(*node_sets: Sequence[NodeResult]) -> list[Figure]:
+    """fleet.performance's figures, a per-path one (storage) as one figure per path some node measured."""
+    out: list[Figure] = []
+    for figure in FIGURES:
+        # getattr: per-path figures are newer than the Figure type this module was first written against.
+        if getattr(figure, "per_path", False):
+            from nvdeploy.checks.fleet import expand  # type: ignore[attr-defined]
+
+            out.extend(expand(figure, *node_sets))
+        else:
+            out.append(figure)
+    return out
+
+
 def drift_pct_for(section: Optional[Mapping[str, Any]], figure: str) -> Optional[float]:
     """The drift threshold of ``figure`` from a profile's ``fleet`` section (per figure over the section's own);
     None when the profile turns the figure off."""
@@ -124,7 +138,7 @@ def evaluate_drift(nodes: Sequence[NodeResult], rules: Optional[Mapping[str, Map
     per_node: dict[str, list[Finding]] = defaultdict(list)
     cluster: list[Finding] = []
     base_profile = {n.name: _profile_name(n.profile) for n in baseline.nodes if n.profile}
-    for figure in FIGURES:
+    for figure in measured_figures(nodes):
         before = [s for group in samples_of(figure, list(baseline.nodes)).values() for s in group]
         for profile, samples in sorted(samples_of(figure, nodes).items()):
             drift_pct = drift_pct_for(rules.get(profile), figure.id)

@@ -80,7 +80,9 @@ def _print_figure(node: str, figure: str, rows: list[dict[str, Any]]) -> None:
     about = figure_ids()[figure]
     measured = [r for r in rows if r["values"]]
     click.echo(f"{node} {figure} ({about.what}) in {len(measured)} of {len(rows)} run{'s' if len(rows) != 1 else ''}"
-               + (" (per GPU: the slowest GPU, then every GPU)" if about.per_gpu else "") + ":")
+               + (" (per GPU: the slowest GPU, then every GPU)" if about.per_gpu else "")
+               + (" (per path: the slowest path, then every path)" if getattr(about, "per_path", False) else "")
+               + ":")
     first: Optional[float] = None
     for r in rows:
         head = f"{_when(r['started_at']):16}  {r['run_id']:26}  {r['level']:8}"
@@ -89,11 +91,12 @@ def _print_figure(node: str, figure: str, rows: list[dict[str, Any]]) -> None:
                        "nvdeploy history rebuild)")
             continue
         values = r["values"]
-        gpu, value = min(values.items(), key=lambda kv: (kv[1], kv[0] if kv[0] is not None else -1))
+        key, value = min(values.items(), key=lambda kv: (kv[1], str(kv[0])))
         first = value if first is None else first
         change = f"  {(value - first) / first * 100:+.1f}% vs first" if first and r is not measured[0] else ""
-        where = f" (GPU{gpu})" if gpu is not None else ""
-        gpus = ("  GPUs " + " ".join(f"{v:g}" for _, v in sorted(values.items()))) if about.per_gpu else ""
+        where = "" if key is None else f" (GPU{key})" if about.per_gpu else f" ({key})"
+        gpus = ("  GPUs " + " ".join(f"{v:g}" for _, v in sorted(values.items()))) if about.per_gpu else \
+            ("  paths " + " ".join(f"{k} {v:g}" for k, v in sorted(values.items()))) if len(values) > 1 else ""
         click.echo(f"{head}  {value:g} {r['unit']}{where}{change}{gpus}")
 
 

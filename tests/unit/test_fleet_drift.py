@@ -98,3 +98,14 @@ def test_shown_with_its_rule() -> None:
     text = " ".join(CLUSTER_CHECKS["fleet.drift"].split())
     for needle in ("--baseline RUN_DIR", "``fleet.drift_pct``", "(default 5%)", "never PASS", "history --node N"):
         assert needle in text, needle
+
+
+def test_a_waiver_may_name_fleet_drift(tmp_path) -> None:
+    """The CLI's waiver loader knows the cluster stage's own ids, fleet.drift among them."""
+    from nvdeploy.cli import _waivers
+
+    path = tmp_path / "waivers.yaml"
+    path.write_text("waivers:\n  - check: fleet.drift\n    nodes: gpu01\n    until: 2099-01-01\n"
+                    "    owner: ops\n    reason: new cooling, baseline to be re-taken\n")
+    (waiver,) = _waivers(path)
+    assert waiver.check == "fleet.drift"

@@ -254,7 +254,7 @@ class _Group:
 
 def _suggest(word: str, known: Iterable[str]) -> str:
     close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.6)
-    return f"; did you mean `{close[0]}`?" if close else " (the keys are listed in README.md, 'Inventories')"
+    return f"; did you mean `{close[0]}`?" if close else " (the keys are listed in docs/inventory.md)"
 
 
 class _Builder:

@@ -2,7 +2,7 @@
 drain/resume of this node in Slurm. Meant for Slurm's ``HealthCheckProgram``, a Prolog/Epilog, or cron.
 
 slurm.conf runs HealthCheckProgram without arguments, so the usual set-up is a two-line wrapper script
-(README, "Slurm"). Exit 0 PASS/WARN, 1 FAIL, 3 ERROR (could not determine), 2 bad usage.
+(docs/slurm.md). Exit 0 PASS/WARN, 1 FAIL, 3 ERROR (could not determine), 2 bad usage.
 """
 
 from __future__ import annotations

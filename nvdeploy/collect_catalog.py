@@ -12,6 +12,10 @@ Light collectors answer in seconds and go in the node's one batched round trip. 
   ``NCCL_TESTS_MIN_BW`` is the profile's busbw floor, so all_reduce_perf's own exit status fails when the
   average bus bandwidth falls below 90% of the floor (nccl-tests' rule) and agrees with the verdict.
 
+- ``nvbandwidth``: ``nvbandwidth -j -t host_to_device_memcpy_ce device_to_host_memcpy_ce
+  device_to_device_memcpy_read_ce``, timeout 600 s (host var ``nvbandwidth_timeout``; ``nvbandwidth_path`` names the
+  binary).
+
 ``compute_apps`` (light): ``nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader``,
 timeout 20 s; the engine adds it to the light batch whenever heavy collectors are planned (the busy guard).
 
@@ -21,6 +25,8 @@ with the check that judges the run.
 """
 
 from __future__ import annotations
+
+from typing import Any, Mapping
 
 from nvdeploy.collector import Collector
 from nvdeploy.nccl_commands import (  # noqa: F401  re-exported: the collector's argv builders
@@ -76,6 +82,24 @@ NCCL_ALL_REDUCE = Collector(
     heavy=True, description="nccl-tests all_reduce_perf across every GPU of the node, 1-8 GiB, validated",
     timeout_var="nccl_timeout", build=build_nccl_all_reduce)
 
+# nvbandwidth (github.com/NVIDIA/nvbandwidth) with JSON output, three copy-engine testcases: host to device, device
+# to host (per GPU) and peer reads (per GPU pair). Heavy: it loads every GPU's copy engines for a minute or two.
+NVBANDWIDTH_TESTCASES = ("host_to_device_memcpy_ce", "device_to_host_memcpy_ce", "device_to_device_memcpy_read_ce")
+NVBANDWIDTH_TIMEOUT_S = 600.0
+
+
+def build_nvbandwidth(host_vars: Mapping[str, Any], profile: Any) -> tuple[str, ...]:
+    """``<nvbandwidth_path or nvbandwidth> -j -t <testcases>``; the host var ``nvbandwidth_path`` names the binary
+    where it is not on the PATH (a build folder)."""
+    binary = str(host_vars.get("nvbandwidth_path") or "nvbandwidth")
+    return (binary, "-j", "-t", *NVBANDWIDTH_TESTCASES)
+
+
+NVBANDWIDTH = Collector(
+    "nvbandwidth", ("nvbandwidth", "-j", "-t", *NVBANDWIDTH_TESTCASES), NVBANDWIDTH_TIMEOUT_S, heavy=True,
+    description="nvbandwidth host->device, device->host and peer read copies (copy engines, JSON)",
+    timeout_var="nvbandwidth_timeout", build=build_nvbandwidth)
+
 # How long the node has been up: nvlink.fabric says how long after boot a GPU's registration is still pending.
 # awk, not cat: the batch script itself runs cat, head, wc, dd and tail, and a tool it names must be free to be
 # replaced (tests put an argv echo in place of every collector's tool).
@@ -85,4 +109,4 @@ UPTIME = Collector(
 # This module's part of the catalog, in the order `nvdeploy/collect.py` lists it.
 COLLECTORS: tuple[Collector, ...] = (
     NVLINK, TOPO, FABRICMANAGER, FABRICMANAGER_VERSION, LSMOD, IBSTAT, OFED, DCGM_VERSION, DCGM_DISCOVERY,
-    COMPUTE_APPS, *DCGM_DIAG.values(), NCCL_ALL_REDUCE, UPTIME)
+    COMPUTE_APPS, *DCGM_DIAG.values(), NCCL_ALL_REDUCE, NVBANDWIDTH, UPTIME)

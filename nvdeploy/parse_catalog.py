@@ -15,6 +15,7 @@ from nvdeploy.parsers.dcgm import parse_dcgm_diag, parse_dcgm_discovery
 from nvdeploy.parsers.ibstat import parse_ibstat
 from nvdeploy.parsers.imex import parse_imex_files, parse_imex_query
 from nvdeploy.parsers.nccl_tests import parse_nccl_tests
+from nvdeploy.parsers.nvbandwidth import parse_nvbandwidth
 from nvdeploy.parsers.nvlink import parse_nvlink
 from nvdeploy.parsers.stack import (
     parse_dcgmi_version,
@@ -73,6 +74,8 @@ def catalog_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
         "dcgm_discovery": _parse(results, "dcgm_discovery", parse_dcgm_discovery),
         "dcgm_diag": {},
         "nccl": _parse(results, "nccl_all_reduce", parse_nccl_tests),
+        # nvbandwidth exits non-zero when a testcase failed; what it printed is still the fact.
+        "nvbandwidth": _parse(results, "nvbandwidth", parse_nvbandwidth),
         "kernel_driver": _kernel_driver(results.get("kernel_driver")),
         # The CUDA toolkits under /usr/local (one find; exit 1 when a listed path is missing, still the listing).
         "cuda_install": _parse(results, "cuda_toolkits", parse_cuda_install),

@@ -116,6 +116,12 @@ SECTIONS: dict[str, dict[str, tuple[Callable[[Any], bool], str, bool]]] = {
                   "tdp_w": (_number, "a positive number (W)", False),
                   "sources": (lambda v: isinstance(v, list) and bool(v) and all(isinstance(s, str) for s in v),
                               "a non-empty list of strings (where each figure comes from)", True)},
+    # nvbandwidth.copies: per-GPU copy-engine floors (GB/s) of nvbandwidth's host<->device and peer read copies.
+    "nvbandwidth": {"host_to_device_gbps": (_number, "a positive number (GB/s per GPU, the floor)", True),
+                    "device_to_host_gbps": (_number, "a positive number (GB/s per GPU, the floor)", True),
+                    "device_to_device_gbps": (_number, "a positive number (GB/s per GPU pair, the floor)", False),
+                    "sources": (lambda v: isinstance(v, list) and bool(v) and all(isinstance(s, str) for s in v),
+                                "a non-empty list of strings (where each floor comes from)", True)},
     # fleet.performance: when a node's measured figure is an outlier among the profile's nodes (checks/fleet.py).
     "fleet": {**{key: (valid, description, False) for key, (valid, description) in _FLEET_RULE.items()},
               "figures": (_fleet_figures, "a mapping of figures (" + ", ".join(FLEET_FIGURES) + ") to rule keys ("

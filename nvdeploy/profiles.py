@@ -14,7 +14,8 @@ from nvdeploy.builtin import data_dir
 from nvdeploy.yamlfile import ConfigError, LocDict, line_of, load_yaml_file, require_str
 
 _TOP_KEYS = {"name", "version", "description", "sources", "gpu", "driver", "nvlink", "pcie", "sim", "nccl", "ib",
-             "throttle", "mig", "datasheet", "cuda", "nvlink_domain", "fleet"}
+             "throttle", "mig", "datasheet", "cuda", "nvlink_domain", "fleet",
+             "nvbandwidth"}
 _GPU_KEYS = {"count", "model", "memory_mib", "memory_tolerance_pct", "pci_device_id", "ecc_required", "nvswitch",
              "power_limit_w", "max_temperature_c", "nvlsm"}
 _DRIVER_KEYS = {"version", "min_version", "flavour"}
@@ -155,7 +156,7 @@ def load_profile_file(path: Union[str, Path]) -> Profile:
         nvlink_domain=_nvlink_domain(data, expectation.count, file),
         sim={k: require_str(sim, k, file) for k in sim},
         extra={k: data[k] for k in ("nvlink", "pcie", "nccl", "sources", "ib", "throttle", "mig", "datasheet", "cuda",
-                                    "fleet") if k in data},
+                                    "fleet", "nvbandwidth") if k in data},
         path=file,
     )
 

@@ -25,6 +25,7 @@ from nvdeploy.checks import (
     memory,
     mps,
     nccl,
+    nvbandwidth,
     nvlink,
     nvlink_fabric,
     pcie,
@@ -40,6 +41,8 @@ CHECK_MODULES = (
     driver, driver_flavour, gpu, kmsg, memory, system,
     # The datacenter catalog: NVLink, PCIe, fabric manager, InfiniBand, clocks/thermals/MIG, versions, DCGM, nccl-tests.
     clocks, dcgm, fabric, ib, nccl, nvlink, pcie, versions,
+    # Copy bandwidth host<->device and between peers (nvbandwidth), against the profile's floors.
+    nvbandwidth,
     # Rack-scale NVLink on the node: fabric registration of each GPU (NVL72 trays), the driver's recovery action.
     nvlink_fabric,
     # The GPU stack around the driver: containers, CUDA toolkit/driver compatibility, MPS; power; RDMA.

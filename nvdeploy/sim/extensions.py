@@ -26,3 +26,5 @@ from nvdeploy.sim import nvl72  # noqa: E402,F401  isort: skip
 
 # IMEX on NVLink domain trays (nvidia-imex-ctl, the nvidia-imex service, the imex_files listing).
 from nvdeploy.sim import imex_tool  # noqa: E402,F401  isort: skip
+
+from nvdeploy.sim import nvbandwidth_tool  # noqa: E402,F401  isort: skip

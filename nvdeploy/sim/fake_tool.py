@@ -36,6 +36,8 @@ FAKE_TOOLS = ("nvidia-smi", "lspci", "dmesg", "journalctl", "dcgmi", "ibstat", "
               "find", "nvidia-cuda-mps-control", "docker", "ib_write_bw",
               # IMEX on NVLink domain trays (nvdeploy/sim/imex_tool.py)
               "nvidia-imex-ctl",
+              # nvbandwidth.copies (nvdeploy/sim/nvbandwidth_tool.py)
+              "nvbandwidth",
               # the uptime collector's awk (nvdeploy/sim/nvl72.py); any other awk is the real one
               "awk")
 # Tools simulated only for some first arguments (a shell ``case`` pattern); every other call runs the real program,

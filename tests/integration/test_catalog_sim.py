@@ -108,10 +108,10 @@ def test_quick_runs_no_heavy_collector_and_one_round_trip(tmp_path, monkeypatch)
     assert {"nvidia_smi_nvlink", "nvidia_smi_topo", "fabricmanager", "lsmod"} <= set(calls[0])
     calls.clear()
     run(tmp_path / "std", {"a": []}, level="standard")
-    assert [b for b in calls[1:]] == [["dcgm_diag_r2"], ["nccl_all_reduce"]]
+    assert [b for b in calls[1:]] == [["dcgm_diag_r2"], ["nccl_all_reduce"], ["nvbandwidth"]]
     calls.clear()
     run(tmp_path / "full", {"a": []}, level="full")
-    assert [b for b in calls[1:]] == [["nccl_all_reduce"], ["dcgm_diag_r3"]]
+    assert [b for b in calls[1:]] == [["nccl_all_reduce"], ["nvbandwidth"], ["dcgm_diag_r3"]]
     assert "ibstat" in calls[0]
 
 

@@ -278,7 +278,7 @@ def test_query_gpu_csv() -> None:
 def test_list_unknown_tools_and_builtins() -> None:
     assert run(HEALTHY, "nvidia-smi", "-L").stdout.decode().splitlines()[0] == \
         f"GPU 0: NVIDIA H100 80GB HBM3 (UUID: {HEALTHY_GPUS[0]['uuid']})"
-    assert run(HEALTHY, "/usr/bin/nvbandwidth") == ToolOutput(b"", b"sh: 1: nvbandwidth: not found\n", 127)
+    assert run(HEALTHY, "/usr/bin/gpu_burn") == ToolOutput(b"", b"sh: 1: gpu_burn: not found\n", 127)
     assert run(HEALTHY, "sudo", "-n", "--", "true").rc == 0
     assert run(HEALTHY, "sudo", "-n", "lspci") == run(HEALTHY, "lspci")
 
@@ -347,10 +347,10 @@ def test_fake_tools_via_subprocess(tmp_path: Path) -> None:
     assert (done.returncode, done.stderr) == (0, b"")
     assert done.stdout == run(node("row_remap_pending"), *XML).stdout
     assert ET.fromstring(done.stdout).findall("gpu")[2].findtext("remapped_rows/remapped_row_pending") == "Yes"
-    via_path = subprocess.run(["sh", "-c", "lspci -D -n -d 10de: && nvbandwidth"], env=env, cwd=tmp_path,
+    via_path = subprocess.run(["sh", "-c", "lspci -D -n -d 10de: && gpu_burn"], env=env, cwd=tmp_path,
                               capture_output=True, timeout=60)
     assert via_path.stdout == run(HEALTHY, "lspci").stdout
-    assert (via_path.returncode, via_path.stderr) == (127, b"sh: 1: nvbandwidth: not found\n")
+    assert (via_path.returncode, via_path.stderr) == (127, b"sh: 1: gpu_burn: not found\n")
     scenario_file.write_text(node("driver_missing").to_json())
     failed = subprocess.run([str(bin_dir / "nvidia-smi")], env=env, capture_output=True, timeout=60)
     assert (failed.returncode, failed.stdout) == (9, DRIVER_MISSING_MESSAGE.encode())

@@ -14,6 +14,7 @@ nvlink_domain: {trays: 18, gpus: 72}            # rack-scale NVLink (NVL72): nod
 datasheet: {bf16_tflops: 989.4, fp8_tflops: 1978.9, hbm_gb: 80, tdp_w: 700, sources: [...]}  # dense, per GPU
 fleet:    {min_nodes: 8, warn_pct: 3.5, fail_pct: 7, warn_z: 3, fail_z: 5, z_min_pct: 1,   # fleet.performance
            figures: {nccl_busbw: {warn_pct: 3}, dcgm_gflops: {enabled: false}}}    # per figure (checks/fleet.py)
+nvbandwidth: {host_to_device_gbps: 120, device_to_host_gbps: 120, device_to_device_gbps: 600, sources: [...]}
 ```
 """
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Optional
 
-from nvdeploy import collect_catalog, collect_stack
+from nvdeploy import collect_catalog, collect_stack, storage_commands
 from nvdeploy.collector import Collector, build_collectors
 from nvdeploy.transport.base import CommandSpec
 
@@ -51,7 +51,8 @@ COMPANIONS: dict[str, tuple[str, ...]] = {"nvidia_smi_xml": ("nvml_probe",)}
 # The catalog, from an explicit list of groups (the order is the order of a full light batch); no module registers
 # anything by being imported. Tests may add to it (monkeypatch.setitem).
 COLLECTORS: dict[str, Collector] = build_collectors(
-    (NVIDIA_SMI_XML, LSPCI, KMSG, SUDO_CHECK, NVML_PROBE), collect_catalog.COLLECTORS, collect_stack.COLLECTORS)
+    (NVIDIA_SMI_XML, LSPCI, KMSG, SUDO_CHECK, NVML_PROBE), collect_catalog.COLLECTORS, collect_stack.COLLECTORS,
+    storage_commands.COLLECTORS)
 
 
 def specs_for(names: Iterable[str], host_vars: Mapping[str, Any], heavy: bool,
@@ -66,9 +67,14 @@ def specs_for(names: Iterable[str], host_vars: Mapping[str, Any], heavy: bool,
         if collector.heavy != heavy:
             continue
         override = host_vars.get(collector.timeout_var)
+        if not override and collector.timeout_for is not None:
+            override = collector.timeout_for(host_vars)
         spec = collector.spec(sudo, float(override) if override else None)
         if collector.build is not None:
-            spec = replace(spec, argv=collector.build(host_vars, profile))
+            argv = collector.build(host_vars, profile)
+            if not argv:  # nothing to run on this host (storage without storage_paths): not planned at all
+                continue
+            spec = replace(spec, argv=argv)
         out.append(spec)
     return out
 

@@ -30,6 +30,9 @@ class Collector:
     # ``argv`` is used as is. For commands whose arguments depend on the node (a tool's folder, the GPU count), or
     # that are costly to build and must not be built before a plan needs them (the probe's payload).
     build: Optional[Callable[[Mapping[str, Any], Any], tuple[str, ...]]] = None
+    # The timeout from the host vars when it depends on them (storage: one limit per path named); ``timeout_var``
+    # still wins when set.
+    timeout_for: Optional[Callable[[Mapping[str, Any]], float]] = None
 
     def spec(self, sudo: bool, timeout_s: Optional[float] = None) -> CommandSpec:
         return CommandSpec(self.name, self.argv, timeout_s or self.timeout_s, sudo=sudo and self.needs_root,

@@ -40,6 +40,26 @@ def _is_str_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
+_STORAGE_FLOORS = {"read_gbps", "write_gbps"}
+
+
+def _is_storage_paths(value: Any) -> bool:
+    """{absolute path: {read_gbps?, write_gbps?} or null}: a path goes to the node as a script argument (never shell
+    text) and comes back on a line of its own, so it may hold anything but control characters."""
+    if not isinstance(value, dict) or not value:
+        return False
+    for path, floors in value.items():
+        if not isinstance(path, str) or not path.startswith("/") or len(path) > 4096 or \
+                any(ord(c) < 32 or ord(c) == 127 for c in path):
+            return False
+        if floors is None:
+            continue
+        if not isinstance(floors, dict) or not set(floors) <= _STORAGE_FLOORS or \
+                not all(_is_positive_number(v) for v in floors.values()):
+            return False
+    return True
+
+
 # name -> (validator, description used in the error message)
 VAR_SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
     "connection": (lambda v: v in CONNECTIONS, "one of " + ", ".join(CONNECTIONS)),
@@ -115,6 +135,16 @@ VAR_SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
     "imex_address": (lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}", v) is not None,
                      "the tray's address on the IMEX network, an IP address or host name (default: its address)"),
     "imex_timeout": (_is_positive_number, "a positive number of seconds (hard limit of nvidia-imex-ctl -N -j)"),
+    # Storage throughput (nvdeploy/checks/storage.py, nvdeploy/storage_commands.py).
+    "storage_paths": (_is_storage_paths, "a mapping of absolute paths to floors in GB/s, e.g. {/data: {read_gbps: "
+                      "10}, /local/nvme: {write_gbps: 5}} (keys read_gbps, write_gbps; a path without control "
+                      "characters)"),
+    "storage_file_mib": (_is_positive_number, "a positive number of MiB (the test file's size; at most 4096)"),
+    "storage_runtime_s": (_is_positive_number, "a positive number of seconds (fio's run time per direction; at most "
+                          "60)"),
+    "storage_timeout": (_is_positive_number, "a positive number of seconds (each path's hard limit)"),
+    "storage_collector_timeout": (_is_positive_number, "a positive number of seconds (the whole storage test's "
+                                  "hard limit; default: every path's limit added up)"),
     # Kubernetes GPU Operator (nvdeploy/checks/gpu_operator.py; kubectl runs on the controller).
     "kubeconfig": (lambda v: isinstance(v, str) and v != "", "a path on the controller to the cluster's kubeconfig"),
     "kubectl": (lambda v: isinstance(v, str) and v != "", "the kubectl to run on the controller (a path or a name)"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from nvdeploy.parse_catalog import catalog_facts, catalog_summary
 from nvdeploy.parsers.kmsg import parse_kmsg
@@ -12,6 +12,7 @@ from nvdeploy.parsers.lspci import parse_lspci
 from nvdeploy.parsers.nvidia_smi import parse_xml, xml_understood
 from nvdeploy.parsers.nvml_json import parse_probe_json
 from nvdeploy.parsers.smi_status import SmiStatus, smi_status
+from nvdeploy.parsers.storage import StorageRun, parse_storage
 from nvdeploy.results import CommandResult, ErrorReason, Verdict
 
 
@@ -55,7 +56,16 @@ def node_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
     facts["kmsg"] = parse_kmsg(kmsg.text, partial_first_line=kmsg.truncated) if kmsg is not None and kmsg.ok \
         else None
     facts.update(catalog_facts(results))
+    facts["storage"] = _storage(results.get("storage_throughput"))
     return facts
+
+
+def _storage(result: Optional[CommandResult]) -> Optional[StorageRun]:
+    """The storage script's paths (nvdeploy/storage_commands.py), whatever its exit status (each path's own is in its
+    section); None when it did not run to an answer or stood in ``true`` (no storage_paths)."""
+    if result is None or result.error is not None or result.rc in (None, 127) or result.command == "true":
+        return None
+    return parse_storage(result.text)
 
 
 def _lost_but_listed(result: CommandResult) -> bool:
@@ -96,6 +106,20 @@ def summary_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
     gflops = diag_gflops(facts.get("dcgm_diag") or {})
     if gflops:
         out["dcgm_diag_gflops"] = gflops
+    out.update(storage_figures(facts.get("storage")))
+    return out
+
+
+def storage_figures(run: Optional[StorageRun]) -> dict[str, dict[str, float]]:
+    """``storage_read_gbps`` / ``storage_write_gbps``: {path: GB/s} of the paths measured to the end
+    (fleet.performance compares each path across nodes); a direction no path measured is left out."""
+    out: dict[str, dict[str, float]] = {}
+    for path in (run.paths if run is not None else ()):
+        if path.status != "ok":
+            continue
+        for step in path.steps:
+            if step.gbps is not None:
+                out.setdefault(f"storage_{step.direction}_gbps", {})[path.path] = round(step.gbps, 3)
     return out
 
 

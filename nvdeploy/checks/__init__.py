@@ -31,6 +31,7 @@ from nvdeploy.checks import (
     pcie,
     power,
     rdma,
+    storage,
     system,
     versions,
 )
@@ -51,6 +52,8 @@ CHECK_MODULES = (
     imex,
     # The Kubernetes GPU Operator (cluster stage on the controller, nvdeploy/phases/k8s.py).
     gpu_operator,
+    # Read and write throughput of the paths the host vars name (fio, else dd with direct I/O).
+    storage,
     # Cluster stage: each measured figure against the node's peers (fleet.performance).
     fleet,
 )

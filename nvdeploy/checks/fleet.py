@@ -49,9 +49,13 @@ class FleetRule:
 DEFAULT_RULE = FleetRule()
 
 
+_GPU_HINT = "check its clocks and throttling (clocks.throttle), power and cooling, PCIe and NVLink, then re-test"
+
+
 @dataclass(frozen=True)
 class Figure:
-    """A measured figure: the summary fact that holds it (a number, or {GPU index: number} for ``per_gpu``)."""
+    """A measured figure: the summary fact that holds it (a number, {GPU index: number} for ``per_gpu``, or
+    {path: number} for ``per_path``: one figure per path, judged among the nodes that measured that path)."""
 
     id: str
     fact: str
@@ -59,6 +63,9 @@ class Figure:
     unit: str
     per_gpu: bool
     source_check: str
+    per_path: bool = False
+    key: Optional[str] = None  # the path of a per_path figure (set by :func:`expand`)
+    hint: str = _GPU_HINT
 
 
 FIGURES = (
@@ -66,7 +73,26 @@ FIGURES = (
            "GB/s", False, "nccl.all_reduce"),
     Figure("dcgm_gflops", "dcgm_diag_gflops", "DCGM diag Diagnostic (GEMM) figure", "gigaflops", True,
            "dcgm.diag_r3/r4"),
+    Figure("storage_read_gbps", "storage_read_gbps", "storage read throughput", "GB/s", False, "storage.throughput",
+           per_path=True, hint="check the mount and its client, the storage network's ports and rate, and what "
+           "else loads the path, then re-test"),
+    Figure("storage_write_gbps", "storage_write_gbps", "storage write throughput", "GB/s", False,
+           "storage.throughput", per_path=True, hint="check the mount and its client, the device's health (nvme "
+           "smart-log), the storage network, and what else loads the path, then re-test"),
 )
+
+
+def expand(figure: Figure, *node_sets: Sequence[NodeResult]) -> list[Figure]:
+    """A per_path figure as one figure per path some node measured (sorted); any other figure as itself."""
+    if not figure.per_path:
+        return [figure]
+    keys: set[str] = set()
+    for nodes in node_sets:
+        for node in nodes:
+            value = node.facts.get(figure.fact)
+            if isinstance(value, Mapping):
+                keys.update(str(k) for k in value)
+    return [replace(figure, key=k, what=f"{figure.what} of {k}") for k in sorted(keys)]
 
 
 @dataclass(frozen=True)
@@ -176,6 +202,8 @@ def samples_of(figure: Figure, nodes: Sequence[NodeResult]) -> dict[str, list[Sa
     out: dict[str, list[Sample]] = defaultdict(list)
     for node in nodes:
         value = node.facts.get(figure.fact) if node.profile else None
+        if figure.per_path:
+            value = value.get(figure.key) if isinstance(value, Mapping) else None
         if value is None:
             continue
         if figure.per_gpu and isinstance(value, Mapping):
@@ -212,6 +240,8 @@ def _cluster_finding(figure: Figure, profile: str, judgement: Judgement, rule: F
     head = f"{figure.what} on {_population(judgement, figure, profile)}"
     observed: dict[str, Any] = {"figure": figure.id, "profile": profile, "nodes": judgement.nodes,
                                 "samples": judgement.samples}
+    if figure.key is not None:
+        observed["path"] = figure.key
     if judgement.verdict is Verdict.SKIP:
         return Finding(CHECK_ID, Verdict.SKIP, f"{figure.what} on {profile}: {judgement.reason}", observed=observed,
                        unit=figure.unit, profile=profile)
@@ -256,8 +286,7 @@ def _node_finding(figure: Figure, profile: str, judgement: Judgement, rule: Flee
         f"{where}{figure.what} {sample.value:g} {figure.unit} is {outlier.pct_below:.1f}% below the median of "
         f"{_population(judgement, figure, profile)} ({judgement.median:g} {figure.unit}; {_z_text(outlier.z)}): "
         f"{threshold}. It may still meet the profile's floor ({figure.source_check}); a straggler holds back every "
-        "synchronous step of a job: check its clocks and throttling (clocks.throttle), power and cooling, PCIe and "
-        "NVLink, then re-test", node=sample.node, observed=f"{sample.value:g} {figure.unit}",
+        f"synchronous step of a job: {figure.hint}", node=sample.node, observed=f"{sample.value:g} {figure.unit}",
         expected=f">= {floor:g} {figure.unit}, robust z > -{rule.warn_z:g}", gpu=sample.gpu,
         remediation=Remediation.INVESTIGATE, profile=profile)
 
@@ -289,8 +318,9 @@ def evaluate_fleet(nodes: Sequence[NodeResult], rules: Optional[Mapping[str, Map
     rules = rules or {}
     per_node: dict[str, list[Finding]] = defaultdict(list)
     cluster: list[Finding] = []
-    for figure in FIGURES:
-        peers = samples_of(figure, list(baseline.nodes)) if baseline is not None else {}
+    base_nodes = list(baseline.nodes) if baseline is not None else []
+    for figure in (f for template in FIGURES for f in expand(template, nodes)):
+        peers = samples_of(figure, base_nodes) if baseline is not None else {}
         for profile, samples in sorted(samples_of(figure, nodes).items()):
             rule = rule_for(rules.get(profile), figure.id)
             if rule is None:
@@ -308,7 +338,8 @@ def evaluate_fleet(nodes: Sequence[NodeResult], rules: Optional[Mapping[str, Map
 def _doc() -> str:
     """The ``checks show fleet.performance`` text, from the figures and default rule above."""
     rule = DEFAULT_RULE
-    figures = "; ".join(f"``{f.id}`` {f.what} ({f.unit}, from {f.source_check}{', per GPU' if f.per_gpu else ''})"
+    figures = "; ".join(f"``{f.id}`` {f.what} ({f.unit}, from {f.source_check}{', per GPU' if f.per_gpu else ''}"
+                        f"{', per path: each path among the nodes that measured it' if f.per_path else ''})"
                         for f in FIGURES)
     paragraphs = (
         "Judges each measured figure of a node against its peers: the nodes of the same profile in this run. "

@@ -28,3 +28,6 @@ from nvdeploy.sim import nvl72  # noqa: E402,F401  isort: skip
 from nvdeploy.sim import imex_tool  # noqa: E402,F401  isort: skip
 
 from nvdeploy.sim import nvbandwidth_tool  # noqa: E402,F401  isort: skip
+
+# The storage throughput script (fio / dd per storage path) and its faults (storage_slow:<PCT>, storage_missing, ...).
+from nvdeploy.sim import storage_tool  # noqa: E402,F401  isort: skip

@@ -31,11 +31,15 @@ def test_json_contract_one_estimate_per_profile_with_exact_field_names() -> None
     data = size_json("--params", "70B", "--tokens", "2T")
     assert set(data) == {"inputs", "estimates"}
     names = [e["profile"] for e in data["estimates"]]
-    assert names == ["a100-sxm-8x", "b200-8x", "h100-pcie-8x", "h100-sxm-8x", "h200-8x", "l40s-8x"]
+    assert names == ["a100-sxm-8x", "b200-8x", "b300-8x", "gb200-nvl72", "gb300-nvl72", "h100-pcie-8x",
+                     "h100-sxm-8x", "h200-8x", "l40s-8x"]
     for estimate in data["estimates"]:
         assert list(estimate)[: len(FIELDS)] == FIELDS
-        # no --gpus/--days: the fewest GPUs that fit, rounded up to whole nodes of the profile (8 GPUs each)
-        assert estimate["gpus"] == -(-estimate["min_gpus"] // 8) * 8 and estimate["nodes"] == estimate["gpus"] // 8
+        # no --gpus/--days: the fewest GPUs that fit, rounded up to whole nodes of the profile (8 GPUs each, an
+        # NVL72 tray 4)
+        per_node = 4 if estimate["profile"].endswith("-nvl72") else 8
+        assert estimate["gpus"] == -(-estimate["min_gpus"] // per_node) * per_node
+        assert estimate["nodes"] == estimate["gpus"] // per_node
         assert estimate["cost_usd"] is None                      # no --price
         assert isinstance(estimate["notes"], list)
     h100 = next(e for e in data["estimates"] if e["profile"] == "h100-sxm-8x")

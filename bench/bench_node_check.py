@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from nvdeploy.commands.node_check import NODE_CHECKS
-from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.cli.commands.node_check import NODE_CHECKS
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.sim.fake_tool import install_fake_tools
 from nvdeploy.sim.scenario import NodeScenario
 

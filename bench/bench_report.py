@@ -19,11 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nvdeploy.diff import compare_runs  # noqa: E402
-from nvdeploy.prometheus import render_prometheus  # noqa: E402
 from nvdeploy.report import render_json  # noqa: E402
+from nvdeploy.report.compare import compare_runs  # noqa: E402
 from nvdeploy.report.html import render_html  # noqa: E402
 from nvdeploy.report.junit import render_junit  # noqa: E402
+from nvdeploy.report.prometheus import render_prometheus  # noqa: E402
 from nvdeploy.results import (  # noqa: E402
     ErrorReason,
     EvidenceRecord,

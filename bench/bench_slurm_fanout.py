@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from nvdeploy.inventory import Host
+from nvdeploy.config.inventory import Host
 from nvdeploy.slurm.srun import SrunOptions, SrunPool
 from nvdeploy.testing.sshd import SshCluster
 from nvdeploy.transport.base import CommandSpec

@@ -108,7 +108,7 @@ def run_child(argv: list[str], timeout_s: float) -> dict[str, Any]:
 
     ``maxrss_kib`` is the high-water mark of its largest process (Linux: the most of its own and its reaped
     children's); ``group_rss_kib`` the highest sum, sampled every 0.1 s, over the command and the processes it
-    started (a fleet run's evaluation workers, nvdeploy/evaluate.py)."""
+    started (a fleet run's evaluation workers, nvdeploy/runner/evaluate.py)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO), env.get("PYTHONPATH"))))
     with tempfile.TemporaryFile() as log, tempfile.NamedTemporaryFile(suffix=".json") as usage_file:
@@ -253,9 +253,9 @@ def node_cpu(cluster: Any) -> float:
 def quick_commands() -> tuple[tuple[str, ...], list[str]]:
     """(check ids, shell form of the light commands) nvdeploy sends one node at the quick level."""
     from nvdeploy.checks import CHECKS
-    from nvdeploy.collect import light_specs
-    from nvdeploy.levels import load_levels
-    from nvdeploy.profiles import ProfileCatalog
+    from nvdeploy.collect.catalog import light_specs
+    from nvdeploy.config.levels import load_levels
+    from nvdeploy.config.profiles import ProfileCatalog
 
     checks = tuple(c for c in load_levels()["quick"] if c in CHECKS)
     needed = [c for check in checks for c in CHECKS[check].collectors]
@@ -264,10 +264,10 @@ def quick_commands() -> tuple[tuple[str, ...], list[str]]:
 
 
 def worker_nvdeploy(spec: dict[str, Any]) -> dict[str, Any]:
-    from nvdeploy.engine import EngineOptions
-    from nvdeploy.inventory import load_inventory
+    from nvdeploy.config.inventory import load_inventory
+    from nvdeploy.config.profiles import ProfileCatalog
     from nvdeploy.phases.validate import run_validate
-    from nvdeploy.profiles import ProfileCatalog
+    from nvdeploy.runner.engine import EngineOptions
 
     started, cpu = time.perf_counter(), time.process_time()
     catalog = ProfileCatalog()
@@ -331,7 +331,7 @@ def run_worker(kind: str, spec_file: Path, timeout_s: float) -> dict[str, Any]:
 
 
 def bench_ssh(n: int, forks: int, tmp: Path, timeout_s: float) -> Optional[dict[str, Any]]:
-    from nvdeploy.profiles import ProfileCatalog
+    from nvdeploy.config.profiles import ProfileCatalog
     from nvdeploy.sim.scenario import NodeScenario
     from nvdeploy.testing import SshCluster, sshd_available
     from nvdeploy.testing.replay import replay_cluster

@@ -13,7 +13,7 @@ With ``forks`` nodes in flight the run takes the longer of the two bounds:
 - latency bound: ``ceil(N / forks) * per_node_wall`` (waves of ``forks`` nodes);
 - CPU bound: ``N * cpu / cores``. ``cores`` is what the controller can use: the SSH sessions, journal and reports
   of all threads share one core (the GIL; OpenSSL's ciphers release it, so a little more); from 200 nodes up the
-  parsing and checks, about half of ``cpu``, run in worker processes on the other cores (nvdeploy/evaluate.py), so
+  parsing and checks, about half of ``cpu``, run in worker processes on the other cores (runner/evaluate.py), so
   ``--cores 1.5`` to ``2`` is fair for a controller with 2 cores or more. The default (1) is the bound without them.
 
 and whatever the three limits below allow of ``forks``:

@@ -1,4 +1,4 @@
-from nvdeploy.cli import main
+from nvdeploy.cli.app import main
 
 if __name__ == "__main__":
     main()

@@ -301,8 +301,8 @@ BRIEF_FACTS = ("driver_version", "cuda_version", "gpu_count", "gpu_model")
 
 
 class NodeBrief(NamedTuple):
-    """What a run keeps in memory of a finished node once its full result is on disk (record.py NodeSpool): enough
-    for the run's verdict and counts, the folded matrix, the "All nodes" table and the cluster checks.
+    """What a run keeps in memory of a finished node once its full result is on disk (runner/record.py NodeSpool):
+    enough for the run's verdict and counts, the folded matrix, the "All nodes" table and the cluster checks.
 
     ``checks``, ``facts`` and ``kept`` are shared between nodes with equal values (a healthy fleet has a handful of
     distinct ones), so a brief costs about one small tuple per node."""
@@ -381,7 +381,7 @@ class RunResult:
     cluster: str
     phase: str
     # A tuple, or (a validate run's nodes) a sequence that reads each node back from disk: iterate it, do not
-    # build lists of it (record.py SpooledNodes).
+    # build lists of it (runner/record.py SpooledNodes).
     nodes: Sequence[NodeResult]
     cluster_findings: tuple[Finding, ...] = ()
     started_at: str = ""

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Optional, Sequence
 
 from nvdeploy.actions.osinfo import OS_READS, os_facts
-from nvdeploy.inventory import Host
-from nvdeploy.profiles import Profile
+from nvdeploy.config.inventory import Host
+from nvdeploy.config.profiles import Profile
 from nvdeploy.results import CommandResult, ErrorReason
 from nvdeploy.transport.base import CommandSpec, Transport
 

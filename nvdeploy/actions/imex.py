@@ -21,7 +21,7 @@ from nvdeploy.actions.base import (
 from nvdeploy.actions.packages import VERSION, install_cmd, run_install, version_problem, versioned
 from nvdeploy.actions.system import installed_versions, write_file_cmd
 
-NODES_CONFIG = "/etc/nvidia-imex/nodes_config.cfg"  # nvdeploy/stack_commands.py IMEX_NODES_CONFIG
+NODES_CONFIG = "/etc/nvidia-imex/nodes_config.cfg"  # nvdeploy/collect/stack_commands.py IMEX_NODES_CONFIG
 # An IP address (v4 or v6) or a host name: the values are written into a file the daemon parses line by line.
 ADDRESS = r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}"
 

@@ -7,7 +7,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from nvdeploy.checks.fleet_drift import evaluate_drift
 from nvdeploy.checks.registry import CLUSTER_CHECKS
-from nvdeploy.hostrange import fold
+from nvdeploy.config.hostrange import fold
 from nvdeploy.results import Finding, NodeResult, Remediation, RunResult, Verdict
 
 # (node fact, check id, what): the stack versions that must be the same on every node.

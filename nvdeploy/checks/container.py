@@ -5,7 +5,7 @@ from __future__ import annotations
 from nvdeploy.checks.common import SMI, smi_gate, version_tuple
 from nvdeploy.checks.gating import first_line, raw_gate
 from nvdeploy.checks.registry import NodeContext, register
-from nvdeploy.collect_stack import CDI_LIST, CONTAINER_FILES, CONTAINER_RUN
+from nvdeploy.collect.stack import CDI_LIST, CONTAINER_FILES, CONTAINER_RUN
 from nvdeploy.parsers.container import (
     containerd_setup,
     docker_nvidia,

@@ -6,14 +6,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Mapping, Optional, Sequence
 
-from nvdeploy.builtin import data_dir
 from nvdeploy.checks.common import SMI, smi_gate, version_tuple
 from nvdeploy.checks.gating import raw_gate
 from nvdeploy.checks.registry import NodeContext, register
-from nvdeploy.collect_stack import CUDA_TOOLKITS
+from nvdeploy.collect.stack import CUDA_TOOLKITS
+from nvdeploy.config.builtin import data_dir
+from nvdeploy.config.yamlfile import load_yaml_file
 from nvdeploy.parsers.cuda_install import CudaInstall, Toolkit
 from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
-from nvdeploy.yamlfile import load_yaml_file
 
 # Forward compatibility is for data center GPUs (and select NGC-ready RTX boards); never on consumer cards.
 CONSUMER_MARKERS = ("GeForce", "TITAN")
@@ -117,7 +117,7 @@ def cuda_compat(ctx: NodeContext) -> list[Finding]:
     if gated:
         return gated
     result = ctx.results[CUDA_TOOLKITS]
-    install: Optional[CudaInstall] = ctx.facts.get("cuda_install")  # parsed in nvdeploy/parse_catalog.py
+    install: Optional[CudaInstall] = ctx.facts.get("cuda_install")  # parsed in nvdeploy/parsers/catalog.py
     if install is None:
         return [ctx.finding("cuda.compat", Verdict.ERROR, "the find over /usr/local was not parsed",
                             reason=ErrorReason.UNPARSEABLE, collector=CUDA_TOOLKITS)]

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from nvdeploy.checks.gating import first_line, raw_gate
 from nvdeploy.checks.registry import CheckFunction, NodeContext, register
-from nvdeploy.collect_catalog import DCGM_TIMEOUTS, dcgm_diag_collector
+from nvdeploy.collect.datacenter import DCGM_TIMEOUTS, dcgm_diag_collector
 from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
 
 DISCOVERY = "dcgm_discovery"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from nvdeploy.checks.registry import NodeContext, register
 from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
 
-KERNEL_DRIVER = "kernel_driver"  # nvdeploy/collect_stack.py
+KERNEL_DRIVER = "kernel_driver"  # nvdeploy/collect/stack.py
 # NVIDIA's default (and recommended) flavour from this branch on, for Turing and newer GPUs.
 OPEN_DEFAULT_BRANCH = 560
 
@@ -34,7 +34,7 @@ def driver_flavour(ctx: NodeContext) -> list[Finding]:
         detail = (result.error_detail or reason.value) if result is not None else "not collected"
         return [ctx.finding("driver.flavour", Verdict.ERROR, f"/proc/driver/nvidia/version not read ({detail})",
                             reason=reason, collector=KERNEL_DRIVER)]
-    facts = ctx.facts.get("kernel_driver")  # parsed in the parse stage (nvdeploy/parse_catalog.py)
+    facts = ctx.facts.get("kernel_driver")  # parsed in the parse stage (nvdeploy/parsers/catalog.py)
     if facts is None or facts.nvrm_line is None:
         return [ctx.finding("driver.flavour", Verdict.ERROR, "no /proc/driver/nvidia/version: the nvidia module is "
                             "not loaded, its flavour is unknown (see driver.loaded)",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional, Sequence
 
 from nvdeploy.checks.registry import CLUSTER_CHECKS
-from nvdeploy.hostrange import fold
+from nvdeploy.config.hostrange import fold
 from nvdeploy.results import Finding, NodeResult, Remediation, RunResult, Verdict
 
 CHECK_ID = "fleet.performance"

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from nvdeploy.checks.fleet import FIGURES, Figure, Sample, samples_of
 from nvdeploy.checks.registry import CLUSTER_CHECKS
-from nvdeploy.hostrange import fold
+from nvdeploy.config.hostrange import fold
 from nvdeploy.results import Finding, NodeResult, Remediation, RunResult, Verdict
 
 CHECK_ID = "fleet.drift"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from nvdeploy.checks.registry import CLUSTER_CHECKS
-from nvdeploy.hostrange import fold
+from nvdeploy.config.hostrange import fold
 from nvdeploy.parsers.k8s import (
     K8sNode,
     NvidiaDriver,

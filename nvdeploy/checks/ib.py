@@ -11,7 +11,7 @@ from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
 
 IBSTAT = "ibstat"
 LSMOD = "lsmod"
-KERNEL_DRIVER = "kernel_driver"  # nvdeploy/collect_stack.py
+KERNEL_DRIVER = "kernel_driver"  # nvdeploy/collect/stack.py
 RATE_TOLERANCE = 0.01
 
 
@@ -143,7 +143,7 @@ def ib_peermem(ctx: NodeContext) -> list[Finding]:
                             f"lsmod exited {ctx.results[LSMOD].rc} and listed no module",
                             reason=ErrorReason.UNPARSEABLE, collector=LSMOD)]
     files = ctx.results.get(KERNEL_DRIVER)
-    facts = ctx.facts.get("kernel_driver")  # None when the files were not read (nvdeploy/parse_catalog.py)
+    facts = ctx.facts.get("kernel_driver")  # None when the files were not read (nvdeploy/parsers/catalog.py)
     dmabuf_why = dmabuf_blocker(facts) if facts is not None else "not read"
     if modules.loaded("nvidia_peermem"):
         also = "; DMA-BUF usable too" if dmabuf_why is None else ""

@@ -3,7 +3,7 @@ NVL72): each tray's daemon (``imex.daemon``) and the domain as a whole (``imex.d
 nvdeploy/phases/imex.py). Remediations follow NVIDIA's "IMEX Service for NVLink Networks" guide
 (docs.nvidia.com/multi-node-nvlink-systems/imex-guide).
 
-Which nodes run IMEX on the host: ``nvdeploy.stack_commands.imex_mode`` (host var ``imex``, else a profile with an
+Which nodes run IMEX on the host: ``collect.stack_commands.imex_mode`` (host var ``imex``, else a profile with an
 NVLink domain). Where Kubernetes runs it (the NVIDIA DRA driver's ComputeDomains start an IMEX daemon per domain in
 pods, and the host service must stay off) both checks are SKIP with that reason, never FAIL: declared with the host
 var ``imex: dra``, or seen on the node as the DRA driver's compute-domain kubelet plugin folder while the host
@@ -19,10 +19,7 @@ from typing import Optional, Sequence
 
 from nvdeploy.checks.gating import first_line, raw_gate
 from nvdeploy.checks.registry import CLUSTER_CHECKS, NodeContext, register
-from nvdeploy.hostrange import fold
-from nvdeploy.parsers.imex import DOMAIN_UP, NO_NODE_CONFIG, READY, ImexDomainView, ImexFiles
-from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
-from nvdeploy.stack_commands import (
+from nvdeploy.collect.stack_commands import (
     IMEX_CHANNEL0,
     IMEX_DRA,
     IMEX_DRA_PLUGIN_DIR,
@@ -30,10 +27,13 @@ from nvdeploy.stack_commands import (
     IMEX_NODES_CONFIG,
     imex_mode,
 )
+from nvdeploy.config.hostrange import fold
+from nvdeploy.parsers.imex import DOMAIN_UP, NO_NODE_CONFIG, READY, ImexDomainView, ImexFiles
+from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
 
 DAEMON_CHECK = "imex.daemon"
 DOMAIN_CHECK = "imex.domain"
-SERVICE = "imex_service"  # nvdeploy/collect_stack.py
+SERVICE = "imex_service"  # nvdeploy/collect/stack.py
 QUERY = "imex_query"
 FILES = "imex_files"
 GUIDE = "NVIDIA IMEX guide"

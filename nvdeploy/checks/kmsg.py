@@ -10,10 +10,10 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Optional
 
-from nvdeploy.builtin import data_dir
 from nvdeploy.checks.registry import NodeContext, register
+from nvdeploy.config.builtin import data_dir
+from nvdeploy.config.yamlfile import load_yaml_file
 from nvdeploy.results import CommandResult, ErrorReason, Finding, Remediation, Verdict
-from nvdeploy.yamlfile import load_yaml_file
 
 KMSG = "kmsg"
 MIB = 1024 * 1024

@@ -8,9 +8,9 @@ from typing import Any, Mapping
 
 from nvdeploy.checks.gating import first_line, raw_gate
 from nvdeploy.checks.registry import NodeContext, register
-from nvdeploy.collect_stack import MPS_CONTROL, mps_dirs
+from nvdeploy.collect.stack import MPS_CONTROL, mps_dirs
+from nvdeploy.collect.stack_commands import MPS_UNSAFE_PREFIX, MPS_UNSAFE_RC
 from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
-from nvdeploy.stack_commands import MPS_UNSAFE_PREFIX, MPS_UNSAFE_RC
 
 # What nvidia-cuda-mps-control prints (exit 1) when no control daemon listens on the pipe folder.
 NO_DAEMON = "Cannot find MPS control daemon process"

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Optional
 
 from nvdeploy.checks.gating import raw_gate
 from nvdeploy.checks.registry import NodeContext, register
-from nvdeploy.nccl_commands import NcclExpectation, expectation  # noqa: F401  re-exported for multi-node runs
+from nvdeploy.collect.nccl_commands import NcclExpectation, expectation  # noqa: F401  re-exported for multi-node runs
 from nvdeploy.parsers.nccl_tests import NcclFacts
 from nvdeploy.results import CommandResult, ErrorReason, Remediation, Verdict
 

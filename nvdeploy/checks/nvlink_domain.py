@@ -10,7 +10,7 @@ from collections import Counter, defaultdict
 from typing import Any, Mapping, Optional, Sequence
 
 from nvdeploy.checks.registry import CLUSTER_CHECKS
-from nvdeploy.hostrange import fold
+from nvdeploy.config.hostrange import fold
 from nvdeploy.results import ErrorReason, Finding, NodeResult, Remediation, Verdict
 
 DOMAIN_CHECK = "nvlink.domain"

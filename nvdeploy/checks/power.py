@@ -11,7 +11,7 @@ from typing import Any, Mapping, Optional, Sequence
 from nvdeploy.checks.common import SMI, smi_gate, split_gpus
 from nvdeploy.checks.dcgm import test_key
 from nvdeploy.checks.registry import CLUSTER_CHECKS, NodeContext, register
-from nvdeploy.hostrange import fold
+from nvdeploy.config.hostrange import fold
 from nvdeploy.results import ErrorReason, Finding, NodeResult, Remediation, Verdict
 
 NODE_CHECK = "power.node"

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
-from nvdeploy.profiles import Profile
+from nvdeploy.config.profiles import Profile
 from nvdeploy.results import CommandResult, ErrorReason, Finding, Remediation, Verdict
 
 

@@ -7,9 +7,7 @@ from typing import Any, Mapping, Optional
 
 from nvdeploy.checks.gating import raw_gate
 from nvdeploy.checks.registry import NodeContext, register
-from nvdeploy.parsers.storage import PathResult, StorageRun
-from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
-from nvdeploy.storage_commands import (
+from nvdeploy.collect.storage_commands import (
     COLLECTOR,
     DEFAULT_FILE_MIB,
     DEFAULT_RUNTIME_S,
@@ -19,6 +17,8 @@ from nvdeploy.storage_commands import (
     bounds,
     storage_paths,
 )
+from nvdeploy.parsers.storage import PathResult, StorageRun
+from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
 
 CHECK_ID = "storage.throughput"
 DIRECTIONS = ("write", "read")  # the order the script measures them: the read needs the written file

@@ -1,6 +1,6 @@
 """The container runtime's NVIDIA set-up, from the ``container_files`` and ``cdi_list`` collectors (pure).
 
-``container_files`` is one ``find`` (nvdeploy/stack_commands.py) that prints ``== PATH`` for the dockerd and
+``container_files`` is one ``find`` (nvdeploy/collect/stack_commands.py) that prints ``== PATH`` for the dockerd and
 containerd binaries it finds, and ``== PATH`` followed by the file for docker's ``daemon.json``, containerd's
 ``config.toml`` and each CDI spec under /etc/cdi and /var/run/cdi. Paths that do not exist are only named on
 stderr (``find: '/etc/docker/daemon.json': No such file or directory``, exit 1).

@@ -1,6 +1,6 @@
 """The CUDA toolkits installed under /usr/local, from the ``cuda_toolkits`` collector's output (pure).
 
-The collector is one ``find`` (nvdeploy/collect_stack.py) that prints, for each toolkit folder, a marker line
+The collector is one ``find`` (nvdeploy/collect/stack.py) that prints, for each toolkit folder, a marker line
 ``== /usr/local/cuda-12.4/version.json`` followed by the file (``version.txt`` for toolkits before 11.1), and a
 marker for each forward-compatibility driver library ``== /usr/local/cuda-12.4/compat/libcuda.so.550.54.15``
 (the ``cuda-compat-12-4`` package), and ``== /usr/local/cuda-12.4/`` for each toolkit folder itself. Real

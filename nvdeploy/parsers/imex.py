@@ -1,5 +1,5 @@
 """Parse what the IMEX daemon's tools print (pure): ``nvidia-imex-ctl -q``, ``nvidia-imex-ctl -N -j`` and the
-``imex_files`` listing (nvdeploy/stack_commands.py IMEX_FILES_ARGV).
+``imex_files`` listing (nvdeploy/collect/stack_commands.py IMEX_FILES_ARGV).
 
 Formats, from public captures (tests/fixtures/real/imex/, PROVENANCE.tsv):
 

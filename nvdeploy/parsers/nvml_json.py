@@ -1,4 +1,4 @@
-"""The node probe's JSON (nvdeploy/probe/nvml_probe.py) read into the same facts as nvidia-smi's XML."""
+"""The node probe's JSON (nvdeploy/collect/probe/nvml_probe.py) read into the same facts as nvidia-smi's XML."""
 
 from __future__ import annotations
 

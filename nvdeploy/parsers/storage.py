@@ -1,5 +1,5 @@
 """Storage throughput output (pure): fio's JSON (``--output-format=json``), dd's summary line, and the framing of
-nvdeploy's storage script (nvdeploy/storage_commands.py), path by path. Never raises on odd input.
+nvdeploy's storage script (nvdeploy/collect/storage_commands.py), path by path. Never raises on odd input.
 
 Throughput is in GB/s (10^9 bytes per second): fio's ``bw_bytes`` (bytes/s; fio before 3.x only has ``bw`` in KiB/s),
 dd's bytes over its seconds.
@@ -135,7 +135,7 @@ def _step(tool: Optional[str], direction: str, body: str, rc: Optional[int]) -> 
 
 
 def parse_storage(text: str) -> StorageRun:
-    """The storage script's output, path by path (see nvdeploy/storage_commands.py for the framing)."""
+    """The storage script's output, path by path (see nvdeploy/collect/storage_commands.py for the framing)."""
     paths: list[PathResult] = []
     current: Optional[dict[str, Any]] = None
     complete = False

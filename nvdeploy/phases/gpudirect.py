@@ -1,6 +1,6 @@
 """The cluster stage of ``rdma.gpudirect``: perftest ``ib_write_bw --use_cuda`` between disjoint node pairs.
 
-Pairs come from :func:`nvdeploy.multinode.pair_rounds` (the pairwise pattern of multi-node nccl-tests): the pairs
+Pairs come from :func:`nvdeploy.runner.pairing.pair_rounds` (the pairwise pattern of multi-node nccl-tests): the pairs
 of a round run in parallel, rounds one after the other. In each pair the first node serves, the second connects to
 it; the server starts first and the client follows after a short head start. Both commands carry their own
 timeout (the server's is longer: it waits for the client), and no round starts after the global ``--deadline``.
@@ -16,15 +16,15 @@ from dataclasses import replace
 from typing import Optional, Sequence
 
 from nvdeploy.checks.rdma import CHECK_ID, PairVerdict, expectation, judge_pair
-from nvdeploy.engine import EngineOptions, make_transport
-from nvdeploy.hostrange import fold
-from nvdeploy.inventory import Host
-from nvdeploy.multinode import pair_rounds
+from nvdeploy.collect.stack_commands import ib_write_bw_argv
+from nvdeploy.config.hostrange import fold
+from nvdeploy.config.inventory import Host
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.parsers.perftest import parse_perftest
-from nvdeploy.profiles import ProfileCatalog
-from nvdeploy.record import RunRecorder
 from nvdeploy.results import CommandResult, ErrorReason, Finding, NodeResult, Verdict
-from nvdeploy.stack_commands import ib_write_bw_argv
+from nvdeploy.runner.engine import EngineOptions, make_transport
+from nvdeploy.runner.pairing import pair_rounds
+from nvdeploy.runner.record import RunRecorder
 from nvdeploy.transport.base import CommandSpec, TransportError
 
 DEFAULT_TIMEOUT_S = 60.0

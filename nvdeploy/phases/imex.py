@@ -1,7 +1,7 @@
 """The cluster stage of ``imex.domain``: one ``nvidia-imex-ctl -N -j`` per IMEX domain, judged with the node-list
 hashes every tray reported in its light batch (nvdeploy/checks/imex.py judges; this module only asks).
 
-A domain is the trays that run IMEX on the host (``nvdeploy.stack_commands.imex_mode``) with the same host var
+A domain is the trays that run IMEX on the host (``nvdeploy.collect.stack_commands.imex_mode``) with the same host var
 ``imex_domain``, else the same ``rack`` (a domain per rack, as NVL72 racks are cabled). The first tray in inventory
 order whose imex.daemon passed is asked; when its view is not clean a second tray (the last one that passed) is
 asked too and the view with fewer trays not READY is judged: a tray cut off from the others sees every other tray
@@ -18,13 +18,13 @@ from dataclasses import replace
 from typing import Optional, Sequence
 
 from nvdeploy.checks.imex import DAEMON_CHECK, DOMAIN_CHECK, Tray, judge_domain, not_asked
-from nvdeploy.engine import EngineOptions, make_transport
-from nvdeploy.inventory import Host
+from nvdeploy.collect.stack_commands import IMEX_DOMAIN_ARGV, IMEX_DRA, IMEX_HOST, imex_address, imex_domains, imex_mode
+from nvdeploy.config.inventory import Host
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.parsers.imex import ImexDomainView, parse_imex_domain_json
-from nvdeploy.profiles import ProfileCatalog
-from nvdeploy.record import RunRecorder, safe_name
 from nvdeploy.results import CommandResult, ErrorReason, Finding, NodeResult, Verdict
-from nvdeploy.stack_commands import IMEX_DOMAIN_ARGV, IMEX_DRA, IMEX_HOST, imex_address, imex_domains, imex_mode
+from nvdeploy.runner.engine import EngineOptions, make_transport
+from nvdeploy.runner.record import RunRecorder, safe_name
 from nvdeploy.transport.base import CommandSpec, TransportError
 
 DEFAULT_TIMEOUT_S = 30.0

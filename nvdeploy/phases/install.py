@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from nvdeploy import __version__
-from nvdeploy.inventory import Inventory
+from nvdeploy.config.inventory import Inventory
+from nvdeploy.config.playbook import Playbook, load_playbook, plan_hosts
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.rollout import PhaseOptions, PhaseRecorder, PhaseResult, run_phase, write_plan
 from nvdeploy.phases.validate import _now, _user, new_run_id
-from nvdeploy.playbook import Playbook, load_playbook, plan_hosts
-from nvdeploy.profiles import ProfileCatalog
-from nvdeploy.record import RunRecorder, safe_name
 from nvdeploy.report import write_reports
 from nvdeploy.results import NodeResult, RunResult, exit_code_for
+from nvdeploy.runner.record import RunRecorder, safe_name
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from dataclasses import replace
 from typing import Optional, Sequence
 
 from nvdeploy.checks import gpu_operator as op
-from nvdeploy.inventory import Host
-from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.config.inventory import Host
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.results import CommandResult, ErrorReason, Finding, NodeResult
 
 DEFAULT_TIMEOUT_S = 30.0

@@ -20,14 +20,14 @@ from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 from nvdeploy.checks.nccl import Assessment, NcclExpectation, assess
-from nvdeploy.engine import EngineOptions, make_transport
-from nvdeploy.hostrange import fold
-from nvdeploy.inventory import Host
-from nvdeploy.multinode import BisectLog, bisect, pair_rounds
+from nvdeploy.config.hostrange import fold
+from nvdeploy.config.inventory import Host
+from nvdeploy.config.profiles import Profile, ProfileCatalog
 from nvdeploy.parsers.nccl_tests import parse_nccl_tests
-from nvdeploy.profiles import Profile, ProfileCatalog
-from nvdeploy.record import RunRecorder
 from nvdeploy.results import ErrorReason, Finding, NodeResult, Remediation, Verdict
+from nvdeploy.runner.engine import EngineOptions, make_transport
+from nvdeploy.runner.pairing import BisectLog, bisect, pair_rounds
+from nvdeploy.runner.record import RunRecorder
 from nvdeploy.slurm.srun import pool_of
 from nvdeploy.transport.base import CommandSpec, TransportError
 

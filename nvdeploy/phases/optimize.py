@@ -16,16 +16,16 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from nvdeploy.checks.cluster import evaluate_cluster
-from nvdeploy.engine import EngineOptions, NodeRunner, run_hosts
-from nvdeploy.inventory import Host, Inventory
-from nvdeploy.levels import load_levels
+from nvdeploy.config.inventory import Host, Inventory
+from nvdeploy.config.levels import load_levels
+from nvdeploy.config.playbook import Playbook, load_playbook, plan_hosts
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.install import PhaseOutcome, open_run, phase_run_result
 from nvdeploy.phases.rollout import PhaseOptions, PhaseRecorder, PhaseResult, run_phase, write_plan
-from nvdeploy.playbook import Playbook, load_playbook, plan_hosts
-from nvdeploy.profiles import ProfileCatalog
-from nvdeploy.record import RunRecorder
 from nvdeploy.report import write_reports
 from nvdeploy.results import Finding, NodeResult, Verdict, cluster_verdict, exit_code_for
+from nvdeploy.runner.engine import EngineOptions, NodeRunner, run_hosts
+from nvdeploy.runner.record import RunRecorder
 
 MEASURED_UNITS = frozenset({"GB/s", "GiB/s", "Gb/s", "MB/s", "W", "MHz", "C", "us", "%"})
 

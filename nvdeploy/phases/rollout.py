@@ -23,16 +23,16 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from nvdeploy.actions import ACTIONS, StepResult, StepStatus, run_action
 from nvdeploy.actions.base import ActionContext
-from nvdeploy.engine import EngineOptions, Interrupted, NodeRunner, error_node, make_transport, run_hosts
-from nvdeploy.hostrange import fold
-from nvdeploy.inventory import Host
+from nvdeploy.config.hostrange import fold
+from nvdeploy.config.inventory import Host
+from nvdeploy.config.playbook import PlannedStep, Playbook
+from nvdeploy.config.profiles import ProfileCatalog
+from nvdeploy.config.yamlfile import ConfigError
 from nvdeploy.phases.plan_text import plan_lines, write_plan
-from nvdeploy.playbook import PlannedStep, Playbook
-from nvdeploy.profiles import ProfileCatalog
-from nvdeploy.record import OutputError, RunRecorder, safe_name, write_atomic
 from nvdeploy.results import CommandResult, ErrorReason, EvidenceRecord, Finding, NodeResult, Remediation, Verdict
+from nvdeploy.runner.engine import EngineOptions, Interrupted, NodeRunner, error_node, make_transport, run_hosts
+from nvdeploy.runner.record import OutputError, RunRecorder, safe_name, write_atomic
 from nvdeploy.transport.base import CommandSpec, Transport, TransportError
-from nvdeploy.yamlfile import ConfigError
 
 _SERIAL = re.compile(r"([1-9]\d*)(%?)")
 _VERDICT = {StepStatus.OK: Verdict.PASS, StepStatus.CHANGED: Verdict.PASS, StepStatus.WOULD_CHANGE: Verdict.PASS,

@@ -18,16 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from nvdeploy.inventory import Inventory
-from nvdeploy.levels import LEVELS
+from nvdeploy.config.inventory import Inventory
+from nvdeploy.config.levels import LEVELS
+from nvdeploy.config.playbook import Playbook, load_playbook, plan_hosts
+from nvdeploy.config.profiles import ProfileCatalog
+from nvdeploy.config.yamlfile import ConfigError, line_of, load_yaml_file
 from nvdeploy.phases.install import PhaseOutcome, open_run, phase_run_result
 from nvdeploy.phases.optimize import final_nodes, merge_steps, tune, validate_hosts, validation_phase
 from nvdeploy.phases.rollout import PhaseOptions, PhaseRecorder, PhaseResult, run_phase, write_plan
-from nvdeploy.playbook import Playbook, load_playbook, plan_hosts
-from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.report import write_reports
 from nvdeploy.results import ClusterVerdict, NodeResult, cluster_verdict, exit_code_for
-from nvdeploy.yamlfile import ConfigError, line_of, load_yaml_file
 
 _RUN_KEYS = {"name", "version", "description", "install", "validate", "optimize"}
 

@@ -19,15 +19,15 @@ from nvdeploy.checks.fleet import fleet_section
 from nvdeploy.checks.nvlink_domain import FACT as DOMAIN_FACT
 from nvdeploy.checks.power import NODE_CHECK as POWER_NODE_CHECK
 from nvdeploy.checks.registry import CLUSTER_CHECKS
-from nvdeploy.engine import EngineOptions, NodeRunner, run_hosts
-from nvdeploy.evaluate import auto_processes, make_evaluator
-from nvdeploy.inventory import Host, Inventory
-from nvdeploy.profiles import ProfileCatalog
-from nvdeploy.record import NodeSpool, RunRecorder, read_journal, safe_name
+from nvdeploy.config.inventory import Host, Inventory
+from nvdeploy.config.profiles import ProfileCatalog
+from nvdeploy.config.waivers import WAIVABLE, Waiver, apply_waivers, today_utc
 from nvdeploy.report import write_reports
 from nvdeploy.results import BRIEF_FACTS as REPORT_FACTS
 from nvdeploy.results import ErrorReason, Finding, NodeBrief, NodeResult, RunResult
-from nvdeploy.waivers import WAIVABLE, Waiver, apply_waivers, today_utc
+from nvdeploy.runner.engine import EngineOptions, NodeRunner, run_hosts
+from nvdeploy.runner.evaluate import auto_processes, make_evaluator
+from nvdeploy.runner.record import NodeSpool, RunRecorder, read_journal, safe_name
 
 MULTINODE_CHECK = next(iter(c for c in CLUSTER_CHECKS if c == "nccl.multinode"))
 GPUDIRECT_CHECK = "rdma.gpudirect"  # nvdeploy/checks/rdma.py, run by nvdeploy/phases/gpudirect.py
@@ -83,7 +83,7 @@ def finish_run(header: dict, nodes: Union[list[NodeResult], NodeSpool], order: l
 
     From a spool, the cluster checks read each node's brief (its version facts and power findings), and only the
     nodes they add findings to are read back, amended and spooled again: the run's nodes stay on disk."""
-    # Waivers (nvdeploy/waivers.py) apply last, to every node finding the run made, the cluster stage's included.
+    # Waivers (nvdeploy/config/waivers.py) apply last, to every node finding the run made, the cluster stage's included.
     waivers = [Waiver.from_dict(w) for w in header.get("waivers") or ()]
     baseline = _fleet_baseline(header)
     if isinstance(nodes, NodeSpool):
@@ -109,7 +109,7 @@ def _fleet_baseline(header: Mapping[str, Any]) -> Optional[RunResult]:
     few; None without one, or when it cannot be read (the CLI's comparison with it then reports why, exit 2)."""
     if not header.get("fleet") or not header.get("fleet_baseline"):
         return None
-    from nvdeploy.runs import RunLoadError, load_run  # runs.py imports this module
+    from nvdeploy.runner.folders import RunLoadError, load_run  # runner/folders.py imports this module
 
     try:
         return load_run(Path(header["fleet_baseline"]))
@@ -347,7 +347,7 @@ def rebuild_reports(run_dir: Path) -> ValidateOutcome:
         hosts = list(header.get("hosts", []))
         done = {n.name for n in nodes}
         missing = [h for h in hosts if h not in done]
-        from nvdeploy.engine import error_node
+        from nvdeploy.runner.engine import error_node
 
         nodes += [error_node(Host(name, {}), "system.reachable", "no result recorded: the run ended before this "
                              "node finished", ErrorReason.INTERRUPTED) for name in missing]

@@ -16,8 +16,8 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from nvdeploy.hostrange import fold
-from nvdeploy.metrics import Metric, run_metrics
+from nvdeploy.config.hostrange import fold
+from nvdeploy.report.metrics import Metric, run_metrics
 from nvdeploy.results import RunResult
 
 BAR_LIMIT = 40

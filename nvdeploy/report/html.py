@@ -20,9 +20,9 @@ from typing import IO, Any, Optional, Sequence
 import jinja2
 from markupsafe import Markup
 
-from nvdeploy.diff import RunDiff, group_changes, group_drift
-from nvdeploy.hostrange import fold
+from nvdeploy.config.hostrange import fold
 from nvdeploy.report.chart import LOW_PCT, bandwidth_charts
+from nvdeploy.report.compare import RunDiff, group_changes, group_drift
 from nvdeploy.report.evidence import Excerpt, excerpt, safe_href
 from nvdeploy.report.view import (
     CELL_TEXT,
@@ -206,10 +206,10 @@ def _meta(run: RunResult) -> list[tuple[str, str]]:
 def _sizing_rows(run: RunResult, briefs: Sequence[NodeBrief]) -> list[dict[str, Any]]:
     """Measured vs profile/datasheet figures (busbw, power) that ``nvdeploy size --run`` would use; empty when the
     run measured none. A profile the built-in catalog lacks (or cannot read) just has no reference figure."""
-    from nvdeploy.profiles import ProfileCatalog
+    from nvdeploy.config.profiles import ProfileCatalog
+    from nvdeploy.config.yamlfile import ConfigError
     from nvdeploy.sizing.measured import comparison_rows
     from nvdeploy.sizing.sku import sku_figures
-    from nvdeploy.yamlfile import ConfigError
 
     names = {stamp.split("@", 1)[0] for stamp in run.profiles.values()}
     names.update(brief.profile.split("@", 1)[0] for brief in briefs if brief.profile)
@@ -240,7 +240,7 @@ def write_html(run: RunResult, out: IO[bytes], diff: Optional[RunDiff] = None, r
 
     Args:
         run: the run to show.
-        diff: a comparison with a baseline run (:func:`nvdeploy.diff.compare_runs`), shown when given.
+        diff: a comparison with a baseline run (:func:`nvdeploy.report.compare.compare_runs`), shown when given.
         run_dir: the run folder, to read evidence excerpts from (links are relative to it either way).
         excerpt_budget: characters of evidence excerpts at most; later findings link to their file only.
     """

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Optional, TextIO, Union
 
-from nvdeploy.hostrange import fold
+from nvdeploy.config.hostrange import fold
 from nvdeploy.report.view import NEEDS_ACTION, not_run, not_run_text
 from nvdeploy.results import Finding, NodeResult, RunResult, Verdict, node_briefs
 

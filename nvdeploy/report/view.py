@@ -10,8 +10,8 @@ from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence, Union
 
-from nvdeploy.diff import RunDiff
-from nvdeploy.hostrange import fold
+from nvdeploy.config.hostrange import fold
+from nvdeploy.report.compare import RunDiff
 from nvdeploy.results import (
     ClusterVerdict,
     ErrorReason,

@@ -14,9 +14,9 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
-from nvdeploy.probe.nvml_probe import FABRIC_STATES as PROBE_STATES
-from nvdeploy.probe.nvml_probe import FABRIC_SUMMARY as PROBE_SUMMARY
-from nvdeploy.probe.nvml_probe import RECOVERY_ACTION_FIELD, RECOVERY_ACTIONS
+from nvdeploy.collect.probe.nvml_probe import FABRIC_STATES as PROBE_STATES
+from nvdeploy.collect.probe.nvml_probe import FABRIC_SUMMARY as PROBE_SUMMARY
+from nvdeploy.collect.probe.nvml_probe import RECOVERY_ACTION_FIELD, RECOVERY_ACTIONS
 from nvdeploy.sim.scenario import NodeFacts, NodeScenario, node_facts, register_fault
 from nvdeploy.sim.smi_xml import fabric_attached
 from nvdeploy.sim.tools import OUTPUT_FILTERS, ToolOutput, register_tool
@@ -226,7 +226,7 @@ OUTPUT_FILTERS.append(_lost_gpu_exit)
 
 
 def run_probe(scenario: NodeScenario) -> ToolOutput:
-    from nvdeploy.probe import nvml_probe
+    from nvdeploy.collect.probe import nvml_probe
 
     # The probe writes to a stream of its own: never swap the process-wide sys.stdout from worker threads.
     buffer = io.StringIO()
@@ -236,7 +236,7 @@ def run_probe(scenario: NodeScenario) -> ToolOutput:
 
 @register_tool("python3")
 def python3(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
-    from nvdeploy.probe.ship import BOOTSTRAP
+    from nvdeploy.collect.probe.ship import BOOTSTRAP
 
     if scenario.has("no_python"):
         return ToolOutput(b"", b"sh: 1: python3: not found\n", 127)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from nvdeploy.profiles import GpuExpectation, NvlinkDomain, Profile, ProfileCatalog
+from nvdeploy.config.profiles import GpuExpectation, NvlinkDomain, Profile, ProfileCatalog
 from nvdeploy.sim.scenario import NodeScenario
 from nvdeploy.sim.tools import run_tool
 

@@ -28,14 +28,14 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from nvdeploy.sim.scenario import NodeScenario, driver_versions, register_fault
-from nvdeploy.sim.tools import ToolOutput, register_tool
-from nvdeploy.stack_commands import (
+from nvdeploy.collect.stack_commands import (
     IMEX_CHANNEL0,
     IMEX_DRA_PLUGIN_DIR,
     IMEX_NODES_CONFIG,
     IMEX_SERVICE,
 )
+from nvdeploy.sim.scenario import NodeScenario, driver_versions, register_fault
+from nvdeploy.sim.tools import ToolOutput, register_tool
 
 PLACEHOLDER = "# simulated NVL72 rack: the trays of this rack (nvdeploy install writes their addresses)\n"
 SIM_TIMESTAMP = "12/2/2026 10:00:00.000"

@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from nvdeploy.hostrange import HostRangeError, expand
+from nvdeploy.config.hostrange import HostRangeError, expand
 from nvdeploy.sim import perf
 from nvdeploy.sim.nccl_tool import HEALTHY_MARGIN, LOW_BW_FACTOR, NCCL_CODE, NCCL_TESTS_VERSION, NCCL_VERSION, busbw_at
 from nvdeploy.sim.nccl_tool import _bytes as parse_size

@@ -51,7 +51,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from nvdeploy.profiles import Profile, ProfileCatalog
+from nvdeploy.config.profiles import Profile, ProfileCatalog
 
 IMPLEMENTED_FAULTS = (
     "unreachable", "auth_fail", "hang", "driver_missing", "driver_mismatch", "gpu_missing", "persistence_off",

@@ -1,7 +1,7 @@
 """Simulated GPU-stack tools: the CUDA toolkit listing (``find /usr/local ...``) and the MPS control
 client (``nvidia-cuda-mps-control``), with their faults.
 
-- ``find``: answers only the ``cuda_toolkits`` collector's command line (nvdeploy/collect_stack.py) with the
+- ``find``: answers only the ``cuda_toolkits`` collector's command line (nvdeploy/collect/stack.py) with the
   bytes GNU find prints for it: a marker line per match, each ``version.json`` in NVIDIA's layout. On fake SSH
   nodes it is a partial tool (only ``find /usr/local ...``; every other find runs the real one). The node's
   toolkits: with stateful nodes (nvdeploy/sim/state.py) one per ``cuda-toolkit-X-Y`` package at its version;
@@ -29,9 +29,7 @@ import os
 from collections.abc import Sequence
 from typing import Optional
 
-from nvdeploy.sim.scenario import NodeScenario, gpu_uuid, node_facts, register_fault
-from nvdeploy.sim.tools import TOOL_HOOKS, ToolOutput, register_tool
-from nvdeploy.stack_commands import (
+from nvdeploy.collect.stack_commands import (
     CONTAINER_FIND_ARGV,
     CUDA_FIND_ARGV,
     IMEX_FILES_ARGV,
@@ -40,6 +38,8 @@ from nvdeploy.stack_commands import (
     MPS_SCRIPT,
     MPS_SHELL,
 )
+from nvdeploy.sim.scenario import NodeScenario, gpu_uuid, node_facts, register_fault
+from nvdeploy.sim.tools import TOOL_HOOKS, ToolOutput, register_tool
 
 register_fault("cuda_toolkit", "one more CUDA toolkit, /usr/local/cuda-X.Y with version.json X.Y.Z",
                pattern=r"cuda_toolkit:\d+\.\d+\.\d+")

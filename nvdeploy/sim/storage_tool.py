@@ -1,4 +1,4 @@
-"""The storage throughput script on a simulated node (nvdeploy/storage_commands.py): the same framing, with fio's
+"""The storage throughput script on a simulated node (collect/storage_commands.py): the same framing, with fio's
 JSON (or dd's summary line) for each path, and its faults.
 
 A healthy path writes at :data:`HEALTHY_WRITE_GBPS` and reads at :data:`HEALTHY_READ_GBPS`, times the node's
@@ -20,10 +20,10 @@ import re
 from collections.abc import Sequence
 from typing import Optional
 
+from nvdeploy.collect.storage_commands import HELPER
 from nvdeploy.sim import perf
 from nvdeploy.sim.scenario import NodeScenario, register_fault
 from nvdeploy.sim.tools import TOOL_HOOKS, ToolOutput
-from nvdeploy.storage_commands import HELPER
 
 HEALTHY_READ_GBPS = 24.0
 HEALTHY_WRITE_GBPS = 12.0

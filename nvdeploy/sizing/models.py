@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from nvdeploy.builtin import data_dir
-from nvdeploy.yamlfile import ConfigError, line_of, load_yaml_file
+from nvdeploy.config.builtin import data_dir
+from nvdeploy.config.yamlfile import ConfigError, line_of, load_yaml_file
 
 _SHAPE_KEYS = ("layers", "hidden", "heads", "kv_heads", "vocab", "seq_len")
 _MODEL_KEYS = {"params", "source", "published", *_SHAPE_KEYS}

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
-from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.sizing import cost
 from nvdeploy.sizing.models import ModelShape, load_models
 from nvdeploy.sizing.sku import SkuFigures, sku_figures
@@ -58,7 +58,7 @@ def _prices(items: tuple[str, ...], known: list[str]) -> dict[str, float]:
 
 
 def _load_run(run_dir: Path) -> tuple[str, dict[str, Any]]:
-    from nvdeploy.runs import RunLoadError, load_run
+    from nvdeploy.runner.folders import RunLoadError, load_run
     from nvdeploy.sizing.measured import measured_figures
 
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from nvdeploy.profiles import Profile
+from nvdeploy.config.profiles import Profile
 
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
 MIB = 1 << 20

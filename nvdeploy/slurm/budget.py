@@ -30,7 +30,7 @@ class Budget:
 
 def _node_s(host: Any, catalog: Any, checks: Sequence[str], connect_s: float) -> tuple[float, str]:
     from nvdeploy.checks import CHECKS
-    from nvdeploy.collect import light_specs, specs_for
+    from nvdeploy.collect.catalog import light_specs, specs_for
 
     profile = catalog.get(host.profile) if host.profile else None
     needed = [c for check in checks if check in CHECKS for c in CHECKS[check].collectors]

@@ -130,7 +130,7 @@ class SlurmClient:
         return out
 
     def expand(self, hostlist: str) -> list[str]:
-        from nvdeploy.hostrange import HostRangeError, expand
+        from nvdeploy.config.hostrange import HostRangeError, expand
 
         names: list[str] = []
         try:

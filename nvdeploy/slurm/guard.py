@@ -13,7 +13,7 @@ from nvdeploy.transport.base import CommandSpec, Transport
 
 
 def _heavy(spec: CommandSpec) -> bool:
-    from nvdeploy.collect import COLLECTORS
+    from nvdeploy.collect.catalog import COLLECTORS
 
     collector = COLLECTORS.get(spec.name)
     return bool(collector is not None and collector.heavy)

@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from nvdeploy.hostrange import HostRangeError, expand
+from nvdeploy.config.hostrange import HostRangeError, expand
+from nvdeploy.config.yamlfile import ConfigError, line_of
 from nvdeploy.slurm.client import SlurmClient, SlurmError
 from nvdeploy.slurm.nodes import SlurmNode, matches_states
-from nvdeploy.yamlfile import ConfigError, line_of
 
 FACTS_VAR = "slurm_node"
 STATE_NAMES = ("idle", "allocated", "alloc", "mixed", "mix", "down", "drained", "drain", "draining", "drng",

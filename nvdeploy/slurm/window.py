@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
-from nvdeploy.inventory import Host, Inventory
+from nvdeploy.config.inventory import Host, Inventory
 from nvdeploy.results import ErrorReason, ExitCode, Finding, NodeResult, Remediation, Verdict
 from nvdeploy.slurm import reservation as resv
 from nvdeploy.slurm.client import SlurmClient, SlurmError

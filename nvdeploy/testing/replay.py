@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.sim.scenario import NodeScenario
 from nvdeploy.sim.tools import run_tool
 from nvdeploy.testing.sshd import FakeNode, SshCluster
@@ -41,7 +41,7 @@ def replay_key(args: Sequence[str]) -> str:
 def planned_argvs(profile: Any, host_vars: Optional[Mapping[str, Any]] = None) -> list[tuple[str, ...]]:
     """The argv of every registered collector (light and heavy) for a node with ``profile`` and ``host_vars``."""
     import nvdeploy.checks  # noqa: F401 - importing the checks registers their collectors
-    from nvdeploy.collect import COLLECTORS, specs_for
+    from nvdeploy.collect.catalog import COLLECTORS, specs_for
 
     names = list(COLLECTORS)
     specs = [*specs_for(names, host_vars or {}, heavy=False, profile=profile),

@@ -370,7 +370,7 @@ def _pylib_template(python: str) -> Path:
     if python in _PYLIB_TEMPLATES:
         return _PYLIB_TEMPLATES[python]
     import nvdeploy
-    from nvdeploy.builtin import data_dir
+    from nvdeploy.config.builtin import data_dir
 
     if not _PYLIB_TEMPLATES:
         atexit.register(_remove_templates)

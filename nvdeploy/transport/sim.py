@@ -6,7 +6,7 @@ import threading
 import time
 from typing import Optional, Sequence
 
-from nvdeploy.profiles import Profile
+from nvdeploy.config.profiles import Profile
 from nvdeploy.results import CommandResult, ErrorReason
 from nvdeploy.sim.scenario import NodeScenario
 from nvdeploy.sim.tools import run_tool

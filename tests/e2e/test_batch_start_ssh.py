@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.results import ErrorReason
 from nvdeploy.sim.scenario import NodeScenario
 from nvdeploy.transport.base import CommandSpec

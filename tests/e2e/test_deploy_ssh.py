@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from nvdeploy.engine import EngineOptions
-from nvdeploy.inventory import load_inventory
+from nvdeploy.config.inventory import load_inventory
+from nvdeploy.config.playbook import resolve_playbook
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.install import run_install
 from nvdeploy.phases.rollout import PhaseOptions
 from nvdeploy.phases.run import run_all
-from nvdeploy.playbook import resolve_playbook
-from nvdeploy.profiles import ProfileCatalog
-from nvdeploy.record import iter_files
 from nvdeploy.results import ClusterVerdict, ErrorReason, Verdict
+from nvdeploy.runner.engine import EngineOptions
+from nvdeploy.runner.record import iter_files
 from nvdeploy.sim import state
 from nvdeploy.sim.scenario import NodeScenario
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.sim.scenario import NodeScenario
 from nvdeploy.testing.faults import add_witness, node_processes, run_nvdeploy, start_nvdeploy, witness_count
 from nvdeploy.testing.replay import replay_cluster

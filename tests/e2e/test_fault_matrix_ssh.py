@@ -31,12 +31,12 @@ from pathlib import Path
 import pytest
 
 from nvdeploy.checks import CHECKS, NodeContext
-from nvdeploy.collect import COLLECTORS, Collector
-from nvdeploy.engine import QUICK_CHECKS, EngineOptions
-from nvdeploy.inventory import load_inventory
+from nvdeploy.collect.catalog import COLLECTORS, Collector
+from nvdeploy.config.inventory import load_inventory
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.validate import run_validate
-from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.results import ErrorReason, Verdict
+from nvdeploy.runner.engine import QUICK_CHECKS, EngineOptions
 from nvdeploy.sim.scenario import NodeScenario
 from nvdeploy.sim.tools import run_tool
 from nvdeploy.testing.faults import (

@@ -27,11 +27,11 @@ from typing import Callable
 import pytest
 import yaml
 
-from nvdeploy.engine import QUICK_CHECKS, EngineOptions
-from nvdeploy.inventory import load_inventory
+from nvdeploy.config.inventory import load_inventory
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.validate import run_validate
-from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.results import ErrorReason, Verdict
+from nvdeploy.runner.engine import QUICK_CHECKS, EngineOptions
 from nvdeploy.sim.scenario import NodeScenario
 from nvdeploy.testing.faults import node_processes, run_nvdeploy, start_nvdeploy
 from nvdeploy.testing.replay import replay_cluster

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from nvdeploy.engine import EngineOptions
-from nvdeploy.inventory import load_inventory
+from nvdeploy.config.inventory import load_inventory
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.validate import run_validate
-from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.runner.engine import EngineOptions
 from nvdeploy.sim.scenario import NodeScenario
 
 CATALOG = ProfileCatalog()

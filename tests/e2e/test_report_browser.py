@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlparse
 import pytest
 from click.testing import CliRunner
 
-from nvdeploy.cli import cli
+from nvdeploy.cli.app import cli
 from nvdeploy.report import write_reports
 from nvdeploy.results import EvidenceRecord, Finding, NodeResult, Remediation, RunResult, Verdict
 

@@ -23,11 +23,11 @@ import paramiko
 import pytest
 import yaml
 
-from nvdeploy.engine import EngineOptions
-from nvdeploy.inventory import load_inventory
+from nvdeploy.config.inventory import load_inventory
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.validate import run_validate
-from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.results import ErrorReason, Verdict
+from nvdeploy.runner.engine import EngineOptions
 from nvdeploy.sim.scenario import NodeScenario
 from nvdeploy.testing.faults import black_hole
 from nvdeploy.testing.sshd import SshCluster, free_port

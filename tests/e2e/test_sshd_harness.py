@@ -351,7 +351,7 @@ def test_inventory_yaml(ssh_cluster_factory: ClusterFactory, tmp_path: Path) -> 
     assert f"  ssh_port: {cluster.port}\n" in text and '  connection: "ssh"\n' in text
     with pytest.raises(KeyError):
         cluster.inventory_yaml(extra_host_vars={"nope": {}})
-    from nvdeploy.inventory import load_inventory
+    from nvdeploy.config.inventory import load_inventory
 
     path = tmp_path / "cluster.yaml"
     path.write_text(text)

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from nvdeploy.engine import EngineOptions
-from nvdeploy.inventory import load_inventory
+from nvdeploy.config.inventory import load_inventory
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.validate import run_validate
-from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.results import ClusterVerdict, ErrorReason, Verdict
+from nvdeploy.runner.engine import EngineOptions
 from nvdeploy.sim.scenario import NodeScenario
 
 CATALOG = ProfileCatalog()

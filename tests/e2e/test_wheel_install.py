@@ -71,7 +71,7 @@ def test_installed_package_runs_the_demo_from_another_directory(tmp_path):
     shutil.rmtree(source)  # a real install, not a link back to the sources
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    probe = ("import importlib.util, sys, nvdeploy.builtin as b; "
+    probe = ("import importlib.util, sys, nvdeploy.config.builtin as b; "
              "print(sys.prefix); print(b.data_dir('checks')); print(importlib.util.find_spec('pytest') is None)")
     where = _run([str(python), "-c", probe], 60, cwd=elsewhere, env=_outside_env())
     assert where.returncode == 0, where.stderr

@@ -9,15 +9,15 @@ import time
 
 import pytest
 
-from nvdeploy.engine import EngineOptions
-from nvdeploy.inventory import load_inventory
+from nvdeploy.config.inventory import load_inventory
+from nvdeploy.config.profiles import ProfileCatalog
+from nvdeploy.config.yamlfile import ConfigError
 from nvdeploy.phases.validate import run_validate
-from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.results import ErrorReason, Verdict
+from nvdeploy.runner.engine import EngineOptions
 from nvdeploy.sim.chaos import GARBAGE, parse_chaos
 from nvdeploy.sim.scenario import NodeScenario, validate_fault
 from nvdeploy.sim.tools import run_tool
-from nvdeploy.yamlfile import ConfigError
 
 CATALOG = ProfileCatalog()
 PROFILE = CATALOG.get("h100-sxm-8x")

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from nvdeploy.engine import EngineOptions, Interrupted
-from nvdeploy.inventory import load_inventory
+from nvdeploy.config.inventory import load_inventory
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.validate import rebuild_reports, run_validate
-from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.results import ClusterVerdict, ErrorReason, Verdict
+from nvdeploy.runner.engine import EngineOptions, Interrupted
 
 CATALOG = ProfileCatalog()
 DEFAULT_OPTIONS = EngineOptions()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from nvdeploy.cli import cli
+from nvdeploy.cli.app import cli
 
 
 def _validate(tmp_path: Path, slow: str, *extra: str):

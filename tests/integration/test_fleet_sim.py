@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from nvdeploy.engine import EngineOptions
-from nvdeploy.inventory import load_inventory
-from nvdeploy.levels import load_levels
+from nvdeploy.config.inventory import load_inventory
+from nvdeploy.config.levels import load_levels
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.validate import rebuild_reports, run_validate
-from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.results import ClusterVerdict, Verdict
+from nvdeploy.runner.engine import EngineOptions
 
 from nvdeploy.sim import tools  # noqa: F401  isort: skip  (every simulated tool first: dcgm_tool alone is a cycle)
 from nvdeploy.sim import dcgm_tool, perf  # noqa: E402  isort: skip
@@ -175,7 +175,7 @@ def test_a_small_run_is_judged_against_the_baseline_run(tmp_path):
 def test_validate_baseline_gives_the_fleet_its_peers(tmp_path):
     from click.testing import CliRunner
 
-    from nvdeploy.cli import cli
+    from nvdeploy.cli.app import cli
 
     def validate(count: int, slow: str, *extra: str):
         hosts = "".join(f"    gpu0{i}: {{sim_faults: [fleet_spread{', slower:92' if f'gpu0{i}' == slow else ''}]}}\n"

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from nvdeploy.engine import EngineOptions
-from nvdeploy.inventory import load_inventory
-from nvdeploy.levels import load_levels
+from nvdeploy.config.inventory import load_inventory
+from nvdeploy.config.levels import load_levels
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.validate import run_validate
-from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.results import CommandResult, ErrorReason, Verdict
+from nvdeploy.runner.engine import EngineOptions
 from nvdeploy.transport.base import Transport, TransportError
 
 CATALOG = ProfileCatalog()
@@ -147,7 +147,7 @@ def test_a_batch_refused_by_another_runs_lock_is_error_busy_naming_the_holder(tm
         transports.append(_Refusing(raise_it))
         return transports[-1]
 
-    monkeypatch.setattr("nvdeploy.engine.make_transport", fake)
+    monkeypatch.setattr("nvdeploy.runner.engine.make_transport", fake)
     outcome = run(tmp_path, {"held": []})
     held = node(outcome, "held")
     lock = [f for f in held.findings if f.reason is ErrorReason.BUSY]
@@ -160,7 +160,7 @@ def test_a_batch_refused_by_another_runs_lock_is_error_busy_naming_the_holder(tm
 def test_cli_allow_busy_flag_and_checks_show_say_the_rule(tmp_path):
     from click.testing import CliRunner
 
-    from nvdeploy.cli import cli
+    from nvdeploy.cli.app import cli
 
     inventory = tmp_path / "busy.yaml"
     inventory.write_text("all:\n  vars: {connection: sim, profile: h100-sxm-8x}\n  hosts:\n"

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from nvdeploy.engine import EngineOptions
-from nvdeploy.inventory import load_inventory
-from nvdeploy.levels import load_levels
+from nvdeploy.config.inventory import load_inventory
+from nvdeploy.config.levels import load_levels
+from nvdeploy.config.playbook import resolve_playbook
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.install import run_install
 from nvdeploy.phases.rollout import PhaseOptions
 from nvdeploy.phases.validate import run_validate
-from nvdeploy.playbook import resolve_playbook
-from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.results import Verdict
+from nvdeploy.runner.engine import EngineOptions
 from nvdeploy.sim import state
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from nvdeploy.inventory import load_inventory
+from nvdeploy.config.inventory import load_inventory
+from nvdeploy.config.playbook import resolve_playbook
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.install import run_install
 from nvdeploy.phases.rollout import PhaseOptions
 from nvdeploy.phases.run import run_all
-from nvdeploy.playbook import resolve_playbook
-from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.results import ClusterVerdict, ErrorReason, Verdict
 from nvdeploy.sim import state
 from nvdeploy.sim.scenario import NodeScenario

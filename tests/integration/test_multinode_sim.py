@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from nvdeploy.engine import EngineOptions
-from nvdeploy.inventory import load_inventory
-from nvdeploy.levels import load_levels
+from nvdeploy.config.inventory import load_inventory
+from nvdeploy.config.levels import load_levels
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.multinode import mpirun_argv
 from nvdeploy.phases.validate import run_validate
-from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.results import ClusterVerdict, ErrorReason, Verdict
+from nvdeploy.runner.engine import EngineOptions
 
 CATALOG = ProfileCatalog()
 FULL = load_levels()["full"]
@@ -78,7 +78,7 @@ def test_nodes_failing_other_checks_take_no_part(tmp_path):
 
 
 def test_mpirun_command_line_is_bounded_and_ring_for_pairs():
-    from nvdeploy.inventory import Host
+    from nvdeploy.config.inventory import Host
 
     hosts = [Host("gpu01", {"address": "10.0.0.1", "nccl_env": {"NCCL_IB_HCA": "mlx5"}}), Host("gpu02", {})]
     argv = mpirun_argv(hosts, 8, hosts[0], 600)
@@ -96,8 +96,8 @@ def _stage(tmp_path: Path, faults: dict[str, list[str]], count: int, pattern: st
     import time as _time
 
     from nvdeploy.phases.multinode import run_multinode
-    from nvdeploy.record import RunRecorder
     from nvdeploy.results import NodeResult
+    from nvdeploy.runner.record import RunRecorder
 
     lines = ["all:", "  vars: {connection: sim, profile: h100-sxm-8x, cluster: mn, nccl_timeout: 2}", "  hosts:"]
     names = [f"gpu{i:02d}" for i in range(1, count + 1)]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.sim.fake_tool import install_fake_tools
 from nvdeploy.sim.scenario import NodeScenario
 

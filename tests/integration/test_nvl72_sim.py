@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from nvdeploy.checks.nvlink_domain import evaluate_domains
-from nvdeploy.engine import EngineOptions
-from nvdeploy.inventory import load_inventory
-from nvdeploy.levels import load_levels
+from nvdeploy.config.inventory import load_inventory
+from nvdeploy.config.levels import load_levels
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.validate import run_validate
-from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.results import ClusterVerdict, ErrorReason, NodeResult, Remediation, Verdict
+from nvdeploy.runner.engine import EngineOptions
 
 CATALOG = ProfileCatalog()
 LEVELS = load_levels()

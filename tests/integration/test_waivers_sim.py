@@ -8,7 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from nvdeploy.cli import cli
+from nvdeploy.cli.app import cli
 
 INVENTORY = """all:
   vars: {connection: sim, profile: h100-sxm-8x, cluster: waived}

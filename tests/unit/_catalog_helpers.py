@@ -6,9 +6,9 @@ from dataclasses import replace
 from typing import Any, Iterable, Mapping, Optional, Union
 
 from nvdeploy.checks import CHECKS, NodeContext
-from nvdeploy.collect import specs_for
-from nvdeploy.parse_facts import node_facts
-from nvdeploy.profiles import Profile, ProfileCatalog
+from nvdeploy.collect.catalog import specs_for
+from nvdeploy.config.profiles import Profile, ProfileCatalog
+from nvdeploy.parsers.facts import node_facts
 from nvdeploy.results import CommandResult, ErrorReason, Finding, Verdict
 from nvdeploy.sim.scenario import NodeScenario
 from nvdeploy.sim.tools import run_tool

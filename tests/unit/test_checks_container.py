@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from _catalog_helpers import CATALOG, context, result, run_check, sim_check, sim_results, timed_out
 
-from nvdeploy.collect import specs_for
-from nvdeploy.collect_stack import CDI_LIST, CONTAINER_FILES, CONTAINER_RUN
+from nvdeploy.collect.catalog import specs_for
+from nvdeploy.collect.stack import CDI_LIST, CONTAINER_FILES, CONTAINER_RUN
 from nvdeploy.parsers.container import (
     containerd_nvidia,
     docker_nvidia,

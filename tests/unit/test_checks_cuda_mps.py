@@ -6,8 +6,8 @@ import pytest
 from _catalog_helpers import CATALOG, context, result, run_check, sim_check, sim_results, timed_out
 
 from nvdeploy.checks.cuda import compat_table, judge
-from nvdeploy.collect import specs_for
-from nvdeploy.collect_stack import CUDA_TOOLKITS, MPS_CONTROL, MPS_SCRIPT
+from nvdeploy.collect.catalog import specs_for
+from nvdeploy.collect.stack import CUDA_TOOLKITS, MPS_CONTROL, MPS_SCRIPT
 from nvdeploy.parsers.cuda_install import Toolkit
 from nvdeploy.results import ErrorReason, Remediation, Verdict
 from nvdeploy.sim.scenario import NodeScenario

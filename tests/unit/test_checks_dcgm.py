@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from _catalog_helpers import CATALOG, context, result, run_check, sim_check, verdicts
 
-from nvdeploy.collect import specs_for
+from nvdeploy.collect.catalog import specs_for
 from nvdeploy.results import ErrorReason, Remediation, Verdict
 from nvdeploy.sim.scenario import NodeScenario
 from nvdeploy.sim.tools import run_tool

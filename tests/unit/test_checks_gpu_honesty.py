@@ -8,8 +8,8 @@ import re
 import pytest
 from _catalog_helpers import CATALOG, context, result, run_check, sim_results, verdicts
 
+from nvdeploy.collect.probe.ship import probe_argv
 from nvdeploy.parsers.nvidia_smi import parse_csv, parse_text, parse_xml
-from nvdeploy.probe.ship import probe_argv
 from nvdeploy.results import ErrorReason, Remediation, Verdict
 from nvdeploy.sim.scenario import ECC_UNKNOWN_GPU, LOST_GPU, NodeScenario
 from nvdeploy.sim.tools import run_tool
@@ -213,7 +213,7 @@ def test_gpu_the_probe_got_no_handle_for_is_error_in_each_check():
 def test_garbled_xml_is_error_even_when_the_probe_read_every_gpu(xml):
     """The probe's GPUs are used without reading the XML's per-GPU fields (a fleet run's cost), but an XML that does not
     parse still makes the node ERROR unparseable, as before."""
-    from nvdeploy.parse_facts import node_facts
+    from nvdeploy.parsers.facts import node_facts
     from nvdeploy.parsers.nvidia_smi import xml_understood
 
     results = facts_results((), "nvml_probe")

@@ -12,13 +12,13 @@ from _catalog_helpers import CATALOG, context, result, run_check, sim_results, t
 
 from nvdeploy.checks import CHECKS
 from nvdeploy.checks.imex import Tray, judge_domain
-from nvdeploy.collect import specs_for
+from nvdeploy.collect.catalog import specs_for
+from nvdeploy.collect.stack_commands import IMEX_CHANNEL0, IMEX_DRA_PLUGIN_DIR, IMEX_NODES_CONFIG, imex_mode
+from nvdeploy.config.profiles import NvlinkDomain, Profile
 from nvdeploy.parsers.imex import parse_imex_domain_json, parse_imex_files, parse_imex_query
-from nvdeploy.profiles import NvlinkDomain, Profile
 from nvdeploy.results import ErrorReason, Remediation, Verdict
 from nvdeploy.sim.imex_tool import domain_json
 from nvdeploy.sim.scenario import NodeScenario
-from nvdeploy.stack_commands import IMEX_CHANNEL0, IMEX_DRA_PLUGIN_DIR, IMEX_NODES_CONFIG, imex_mode
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "imex"
 DAEMON = "imex.daemon"
@@ -222,7 +222,7 @@ def _nodes(verdict: Verdict) -> dict:
 
 
 def test_a_domain_whose_trays_answer_no_json_is_error_never_pass():
-    from nvdeploy.inventory import Host
+    from nvdeploy.config.inventory import Host
     from nvdeploy.phases.imex import judge_one
 
     text = (REAL / "imex-ctl-N-text-18-trays-up-570.172.txt").read_text()  # -N without -j: a table, not JSON
@@ -234,7 +234,7 @@ def test_a_domain_whose_trays_answer_no_json_is_error_never_pass():
 
 
 def test_a_domain_where_no_daemon_passed_is_error_not_run_and_asks_nobody():
-    from nvdeploy.inventory import Host
+    from nvdeploy.config.inventory import Host
     from nvdeploy.phases.imex import judge_one
 
     asker = _Answers(result("imex_domain", "{}"))

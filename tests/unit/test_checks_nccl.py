@@ -8,7 +8,7 @@ from pathlib import Path
 from _catalog_helpers import CATALOG, context, profile_with, result, run_check, sim_check, sim_results, verdicts
 
 from nvdeploy.checks.nccl import NcclExpectation, assess, expectation
-from nvdeploy.collect import specs_for
+from nvdeploy.collect.catalog import specs_for
 from nvdeploy.parsers.nccl_tests import parse_nccl_tests
 from nvdeploy.results import ErrorReason, Remediation, Verdict
 from nvdeploy.sim.scenario import NodeScenario
@@ -126,8 +126,8 @@ def test_assess_is_reusable_for_a_multi_node_run():
 def test_catalog_host_vars_are_validated(tmp_path):
     import pytest
 
-    from nvdeploy.inventory import load_inventory
-    from nvdeploy.yamlfile import ConfigError
+    from nvdeploy.config.inventory import load_inventory
+    from nvdeploy.config.yamlfile import ConfigError
 
     def inventory(host_vars: str):
         path = tmp_path / "inv.yaml"

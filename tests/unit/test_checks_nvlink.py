@@ -74,7 +74,7 @@ def test_real_captures():
 
 
 def test_link_whose_state_cannot_be_read_is_error_naming_gpu_and_link_not_down():
-    from nvdeploy.profiles import ProfileCatalog
+    from nvdeploy.config.profiles import ProfileCatalog
     from nvdeploy.sim.scenario import NodeScenario
     from nvdeploy.sim.tools import run_tool
 

@@ -9,7 +9,7 @@ from _catalog_helpers import CATALOG, context, result, run_check, sim_check
 
 from nvdeploy.checks.cluster import evaluate_cluster
 from nvdeploy.checks.power import evaluate_power, idle_draw_w
-from nvdeploy.inventory import load_inventory
+from nvdeploy.config.inventory import load_inventory
 from nvdeploy.results import ClusterVerdict, Finding, NodeResult, Remediation, Verdict
 
 XML = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "nvidia-smi-xml"
@@ -71,8 +71,8 @@ def test_differing_budgets_smallest_applies():
 
 
 def test_cluster_stage_makes_the_run_not_ready(tmp_path):
-    from nvdeploy.engine import EngineOptions
     from nvdeploy.phases.validate import run_validate
+    from nvdeploy.runner.engine import EngineOptions
 
     path = tmp_path / "inv.yaml"
     path.write_text("all:\n  vars: {connection: sim, profile: h100-sxm-8x, rack: r1, rack_power_budget_w: 10000}\n"
@@ -94,9 +94,9 @@ def test_cluster_stage_makes_the_run_not_ready(tmp_path):
 def test_a_rack_with_unmeasured_nodes_is_never_pass_on_a_partial_sum(tmp_path):
     """Six 5.6 kW nodes against 30 kW: one unreachable, one whose nvidia-smi hangs. The four measured sum to 22.4 kW,
     under budget, but all six at their limits draw 33.6 kW: the rack's total is unknown, so ERROR incomplete."""
-    from nvdeploy.engine import EngineOptions
     from nvdeploy.phases.validate import run_validate
     from nvdeploy.results import ErrorReason
+    from nvdeploy.runner.engine import EngineOptions
 
     path = tmp_path / "inv.yaml"
     path.write_text("all:\n  vars: {connection: sim, profile: h100-sxm-8x, rack: r1, rack_power_budget_w: 30000}\n"

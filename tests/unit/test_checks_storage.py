@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from _catalog_helpers import CATALOG, context, result, run_check, sim_check, timed_out
 
-from nvdeploy.collect import specs_for
-from nvdeploy.inventory import load_inventory
-from nvdeploy.parse_facts import storage_figures, summary_facts
+from nvdeploy.collect.catalog import specs_for
+from nvdeploy.collect.storage_commands import COLLECTOR, MAX_FILE_MIB, MAX_RUNTIME_S, build_storage
+from nvdeploy.config.inventory import load_inventory
+from nvdeploy.parsers.facts import storage_figures, summary_facts
 from nvdeploy.parsers.storage import parse_storage
 from nvdeploy.results import ErrorReason, Remediation, Verdict
-from nvdeploy.storage_commands import COLLECTOR, MAX_FILE_MIB, MAX_RUNTIME_S, build_storage
 from nvdeploy.transport.batch import build_script
 
 from nvdeploy.sim import tools  # noqa: F401  isort: skip  (every simulated tool first)
@@ -145,7 +145,7 @@ def test_inventory_schema_for_storage_paths(tmp_path: Path, value, ok):
     if ok:
         load_inventory(path, CATALOG)
         return
-    from nvdeploy.yamlfile import ConfigError
+    from nvdeploy.config.yamlfile import ConfigError
 
     with pytest.raises(ConfigError) as info:
         load_inventory(path, CATALOG)

@@ -9,6 +9,8 @@ import pytest
 from _catalog_helpers import context, result, run_check, sim_check, verdicts
 
 from nvdeploy.checks.cluster import evaluate_cluster, version_consistency
+from nvdeploy.config.profiles import load_profile_file
+from nvdeploy.config.yamlfile import ConfigError
 from nvdeploy.parsers.stack import (
     parse_dcgmi_version,
     parse_fabricmanager_version,
@@ -16,9 +18,7 @@ from nvdeploy.parsers.stack import (
     parse_ofed_version,
     parse_systemctl_state,
 )
-from nvdeploy.profiles import load_profile_file
 from nvdeploy.results import NodeResult, Remediation, Verdict
-from nvdeploy.yamlfile import ConfigError
 
 
 def test_system_versions_records_the_stack():

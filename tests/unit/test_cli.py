@@ -7,7 +7,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from nvdeploy.cli import cli
+from nvdeploy.cli.app import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nvdeploy.cli import cli
-from nvdeploy.commands.checks import _md, catalog_entries, first_sentence, markdown, plain
+from nvdeploy.cli.app import cli
+from nvdeploy.cli.commands.checks import _md, catalog_entries, first_sentence, markdown, plain
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "nvdeploy"
@@ -180,7 +180,7 @@ def test_markdown_shows_html_looking_words_and_stars_as_written():
 
 
 def test_on_a_terminal_the_list_wraps_under_the_sentence_column():
-    from nvdeploy.commands.checks import list_lines
+    from nvdeploy.cli.commands.checks import list_lines
 
     entries = [e for e in catalog_entries() if e.id in ("driver.flavour", "gpu.count")]
     lines = list_lines(entries, 80)

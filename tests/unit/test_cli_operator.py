@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nvdeploy.cli import cli
+from nvdeploy.cli.app import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nvdeploy import engine
-from nvdeploy.cli import cli
+from nvdeploy.cli.app import cli
 from nvdeploy.report import text
 from nvdeploy.report.view import action_list, action_text
 from nvdeploy.results import ErrorReason, Verdict
-from nvdeploy.runs import load_run
+from nvdeploy.runner import engine
+from nvdeploy.runner.folders import load_run
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from nvdeploy.cli import cli
+from nvdeploy.cli.app import cli
 from nvdeploy.results import Finding, NodeResult, RunResult, Verdict
 
 PROFILE = "h100-sxm-8x@2026.11.1"

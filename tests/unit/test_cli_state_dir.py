@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nvdeploy.cli import cli
-from nvdeploy.statedir import StateDirError, resolve_state_dir
+from nvdeploy.cli.app import cli
+from nvdeploy.runner.statedir import StateDirError, resolve_state_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = str(ROOT / "inventories" / "demo.yaml")

@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nvdeploy.cli import cli
-from nvdeploy.diff import RunDiff, compare_runs, render_diff_text
+from nvdeploy.cli.app import cli
 from nvdeploy.report import render_json
+from nvdeploy.report.compare import RunDiff, compare_runs, render_diff_text
 from nvdeploy.results import ErrorReason, Finding, NodeResult, Remediation, RunResult, Verdict
-from nvdeploy.runs import RunLoadError, find_run_dirs, load_run
+from nvdeploy.runner.folders import RunLoadError, find_run_dirs, load_run
 
 ROOT = Path(__file__).resolve().parents[2]
 

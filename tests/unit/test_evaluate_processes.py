@@ -16,8 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from nvdeploy.engine import EngineOptions
-from nvdeploy.evaluate import (
+from nvdeploy.config.inventory import load_inventory
+from nvdeploy.config.levels import load_levels
+from nvdeploy.config.profiles import ProfileCatalog
+from nvdeploy.phases.validate import run_validate
+from nvdeploy.results import CommandResult, NodeResult
+from nvdeploy.runner.engine import EngineOptions
+from nvdeploy.runner.evaluate import (
     PROCESS_MIN_NODES,
     EvaluationJob,
     InlineEvaluator,
@@ -25,11 +30,6 @@ from nvdeploy.evaluate import (
     auto_processes,
     evaluate,
 )
-from nvdeploy.inventory import load_inventory
-from nvdeploy.levels import load_levels
-from nvdeploy.phases.validate import run_validate
-from nvdeploy.profiles import ProfileCatalog
-from nvdeploy.results import CommandResult, NodeResult
 
 CATALOG = ProfileCatalog()
 DEMO = Path(__file__).resolve().parents[2] / "inventories" / "demo.yaml"
@@ -94,7 +94,7 @@ def test_ctrl_c_to_the_process_group_does_not_kill_the_workers():
 def test_workers_leave_when_their_run_is_killed_outright(tmp_path):
     script = textwrap.dedent("""
         import sys
-        from nvdeploy.evaluate import ProcessEvaluator
+        from nvdeploy.runner.evaluate import ProcessEvaluator
         evaluator = ProcessEvaluator(2)
         import time
         for future in [evaluator._pool.submit(time.sleep, 0.5) for _ in range(2)]:  # both workers started

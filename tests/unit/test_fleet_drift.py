@@ -79,8 +79,8 @@ def test_drift_pct_in_the_profile_schema(tmp_path) -> None:
     import pytest
 
     from nvdeploy.checks.fleet import fleet_section
-    from nvdeploy.profiles import load_profile_file
-    from nvdeploy.yamlfile import ConfigError
+    from nvdeploy.config.profiles import load_profile_file
+    from nvdeploy.config.yamlfile import ConfigError
 
     path = tmp_path / "p.yaml"
     path.write_text(_PROFILE_HEAD + "fleet:\n  drift_pct: 4\n  figures:\n    dcgm_gflops: {drift_pct: 3}\n")
@@ -102,7 +102,7 @@ def test_shown_with_its_rule() -> None:
 
 def test_a_waiver_may_name_fleet_drift(tmp_path) -> None:
     """The CLI's waiver loader knows the cluster stage's own ids, fleet.drift among them."""
-    from nvdeploy.cli import _waivers
+    from nvdeploy.cli.app import _waivers
 
     path = tmp_path / "waivers.yaml"
     path.write_text("waivers:\n  - check: fleet.drift\n    nodes: gpu01\n    until: 2099-01-01\n"

@@ -22,13 +22,13 @@ from nvdeploy.checks.fleet import (
     rule_for,
 )
 from nvdeploy.checks.registry import CLUSTER_CHECKS
-from nvdeploy.levels import load_levels
-from nvdeploy.parse_facts import diag_gflops
+from nvdeploy.config.levels import load_levels
+from nvdeploy.config.profile_schema import FLEET_FIGURES
+from nvdeploy.config.profiles import load_profile_file
+from nvdeploy.config.yamlfile import ConfigError
 from nvdeploy.parsers.dcgm import parse_dcgm_diag
-from nvdeploy.profile_schema import FLEET_FIGURES
-from nvdeploy.profiles import load_profile_file
+from nvdeploy.parsers.facts import diag_gflops
 from nvdeploy.results import Finding, NodeResult, Remediation, Verdict
-from nvdeploy.yamlfile import ConfigError
 
 REAL = Path(__file__).parent.parent / "fixtures" / "real"
 H100 = "h100-sxm-8x@2026.11.1"

@@ -22,7 +22,7 @@ from nvdeploy.checks.gpu_operator import (
     command_error,
     evaluate_operator,
 )
-from nvdeploy.cli import cli
+from nvdeploy.cli.app import cli
 from nvdeploy.parsers.k8s import parse_cluster_policies, parse_nodes, parse_validator_pods
 from nvdeploy.phases.k8s import kubectl
 from nvdeploy.results import ErrorReason, Remediation, Verdict

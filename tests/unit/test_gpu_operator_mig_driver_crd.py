@@ -16,7 +16,7 @@ from _catalog_helpers import result
 from click.testing import CliRunner
 
 from nvdeploy.checks.gpu_operator import ALLOCATABLE, DRIVER, OperatorHost, evaluate_operator, judge_allocatable
-from nvdeploy.cli import cli
+from nvdeploy.cli.app import cli
 from nvdeploy.parsers.k8s import parse_cluster_policies, parse_nodes, parse_nvidia_drivers
 from nvdeploy.results import ErrorReason, Remediation, Verdict
 

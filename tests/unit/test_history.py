@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nvdeploy.cli import cli
-from nvdeploy.history import (
+from nvdeploy.cli.app import cli
+from nvdeploy.report import render_json
+from nvdeploy.results import Finding, NodeResult, Remediation, RunResult, Verdict
+from nvdeploy.runner.history_db import (
     HistoryError,
     check_record,
     default_db_path,
@@ -18,8 +20,6 @@ from nvdeploy.history import (
     rebuild_history,
     record_run,
 )
-from nvdeploy.report import render_json
-from nvdeploy.results import Finding, NodeResult, Remediation, RunResult, Verdict
 
 
 def quarter(run_id: str, started: str, ecc_failing: tuple[str, ...], driver: str = "550.90.07") -> RunResult:
@@ -132,7 +132,7 @@ def test_validate_runs_can_be_recorded_and_listed(tmp_path):
                                       "gpu001,gpu011", "--out", str(tmp_path), "-q"])
     assert result.exit_code == 1
     run_dir = next((tmp_path / "demo").iterdir())
-    from nvdeploy.runs import load_run
+    from nvdeploy.runner.folders import load_run
 
     record_run(default_db_path(tmp_path), load_run(run_dir), run_dir)
     assert [r["nodes"] for r in list_runs(default_db_path(tmp_path))] == [2]
@@ -142,7 +142,7 @@ def test_validate_runs_can_be_recorded_and_listed(tmp_path):
 def test_every_finding_is_recorded_across_the_insert_batches(tmp_path, monkeypatch):
     """Finding rows go to sqlite in batches (a 10,000-node run's are never one list): none is lost or doubled at
     a batch's edge, and the cluster findings come last."""
-    import nvdeploy.history as history
+    import nvdeploy.runner.history_db as history
 
     monkeypatch.setattr(history, "_BATCH_ROWS", 3)  # 2 findings per node: batches end mid-way and on a node's edge
     run = RUNS[2]

@@ -25,19 +25,19 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nvdeploy.cli import cli
-from nvdeploy.collect import COLLECTORS, light_specs, specs_for
-from nvdeploy.engine import EngineOptions
-from nvdeploy.inventory import VAR_SCHEMA, load_inventory
+from nvdeploy.cli.app import cli
+from nvdeploy.collect.catalog import COLLECTORS, light_specs, specs_for
+from nvdeploy.config.inventory import VAR_SCHEMA, load_inventory
+from nvdeploy.config.profiles import ProfileCatalog
+from nvdeploy.config.yamlfile import MAX_FILE_BYTES, ConfigError, load_yaml_text
 from nvdeploy.phases.validate import run_validate
-from nvdeploy.profiles import ProfileCatalog
-from nvdeploy.record import RunRecorder, safe_name
 from nvdeploy.report.html import render_html
 from nvdeploy.results import CommandResult, ErrorReason, Finding, NodeResult, Remediation, RunResult, Verdict
+from nvdeploy.runner.engine import EngineOptions
+from nvdeploy.runner.record import RunRecorder, safe_name
 from nvdeploy.sim.fake_tool import wrapper_script
 from nvdeploy.transport import batch
 from nvdeploy.transport.base import CommandSpec
-from nvdeploy.yamlfile import MAX_FILE_BYTES, ConfigError, load_yaml_text
 
 CATALOG = ProfileCatalog()
 PROFILE = CATALOG.get("h100-sxm-8x")
@@ -590,7 +590,7 @@ def test_yaml_dump_of_schema_is_stable():
 
 def test_summary_lines_never_carry_control_characters():
     """Whatever a check puts in a summary (node output quoted verbatim), the terminal lines show it escaped."""
-    from nvdeploy.cli import _summary_lines
+    from nvdeploy.cli.app import _summary_lines
 
     hostile = "\x1b]0;pwn\x07\x1b[2J\x00\x08\r\x9b31m Xid 13 from a process named like this"
     node = NodeResult("gpu01", (Finding("kmsg.xid", Verdict.WARN, hostile, node="gpu01"),))

@@ -12,10 +12,10 @@ from ClusterShell.NodeSet import NodeSet
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvdeploy.hostrange import HostRangeError, expand, expand_hostlist, fold, fold_slurm, split_hostlist
-from nvdeploy.inventory import load_inventory
-from nvdeploy.profiles import ProfileCatalog
-from nvdeploy.yamlfile import ConfigError
+from nvdeploy.config.hostrange import HostRangeError, expand, expand_hostlist, fold, fold_slurm, split_hostlist
+from nvdeploy.config.inventory import load_inventory
+from nvdeploy.config.profiles import ProfileCatalog
+from nvdeploy.config.yamlfile import ConfigError
 
 
 def _generated_sets() -> list[tuple[str, list[str]]]:

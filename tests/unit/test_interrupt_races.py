@@ -13,11 +13,11 @@ import time
 
 import pytest
 
-from nvdeploy.engine import EngineOptions, NodeRunner
-from nvdeploy.inventory import Host
-from nvdeploy.profiles import ProfileCatalog
-from nvdeploy.record import RunRecorder
+from nvdeploy.config.inventory import Host
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.results import ErrorReason
+from nvdeploy.runner.engine import EngineOptions, NodeRunner
+from nvdeploy.runner.record import RunRecorder
 from nvdeploy.transport.base import Transport, TransportError
 from nvdeploy.transport.ssh import SSHTransport
 
@@ -48,7 +48,7 @@ def test_an_interrupt_between_the_start_check_and_registration_stops_the_node(tm
         made.append(_Recording())
         return made[-1]
 
-    monkeypatch.setattr("nvdeploy.engine.make_transport", make)
+    monkeypatch.setattr("nvdeploy.runner.engine.make_transport", make)
     host = Host("gpu01", {"address": "127.0.0.1", "profile": "h100-sxm-8x"})
     result = runner.run(host)
     assert [f.reason for f in result.findings] == [ErrorReason.INTERRUPTED]

@@ -4,10 +4,10 @@ import textwrap
 
 import pytest
 
-from nvdeploy.hostrange import HostRangeError, expand, fold
-from nvdeploy.inventory import load_inventory
-from nvdeploy.profiles import ProfileCatalog
-from nvdeploy.yamlfile import ConfigError
+from nvdeploy.config.hostrange import HostRangeError, expand, fold
+from nvdeploy.config.inventory import load_inventory
+from nvdeploy.config.profiles import ProfileCatalog
+from nvdeploy.config.yamlfile import ConfigError
 
 CATALOG = ProfileCatalog()
 
@@ -169,7 +169,7 @@ def test_limit_patterns(write_inventory):
 
 
 def test_builtin_inventories_load():
-    from nvdeploy.builtin import data_dir
+    from nvdeploy.config.builtin import data_dir
 
     for path in sorted(data_dir("inventories").glob("*.yaml")):
         inv = load_inventory(path, CATALOG)

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from nvdeploy import inventory_ansible as ansible
-from nvdeploy.inventory import load_inventory
-from nvdeploy.profiles import ProfileCatalog
-from nvdeploy.yamlfile import ConfigError
+from nvdeploy.config import inventory_ansible as ansible
+from nvdeploy.config.inventory import load_inventory
+from nvdeploy.config.profiles import ProfileCatalog
+from nvdeploy.config.yamlfile import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "fixtures" / "inventories"

@@ -16,19 +16,17 @@ import pytest
 from nvdeploy import checks as checks_package
 from nvdeploy.checks import CHECK_MODULES, CHECKS
 from nvdeploy.checks.registry import build_catalog, declared_checks, register
-from nvdeploy.collect import COLLECTORS
-from nvdeploy.collector import Collector, build_collectors
+from nvdeploy.collect.catalog import COLLECTORS
+from nvdeploy.collect.collector import Collector, build_collectors
 
 PACKAGE = Path(checks_package.__file__).resolve().parent.parent  # .../nvdeploy
 ROOT = PACKAGE.parent
 
-PARSE_LAYER = sorted([*PACKAGE.glob("parsers/*.py"), PACKAGE / "parse_facts.py", PACKAGE / "parse_catalog.py"])
-COLLECT_LAYER = sorted([*PACKAGE.glob("collect*.py"), PACKAGE / "stack_commands.py", PACKAGE / "nccl_commands.py",
-                        *PACKAGE.glob("probe/*.py")])
-CHECKS_OR_LATER = ("nvdeploy.checks", "nvdeploy.engine", "nvdeploy.phases")
-COLLECT_MODULES = ("nvdeploy.collect", "nvdeploy.collect_catalog", "nvdeploy.collect_stack", "nvdeploy.collector",
-                   "nvdeploy.stack_commands", "nvdeploy.nccl_commands", "nvdeploy.probe")
-PARSE_MODULES = ("nvdeploy.parsers", "nvdeploy.parse_facts", "nvdeploy.parse_catalog")
+PARSE_LAYER = sorted(PACKAGE.glob("parsers/*.py"))
+COLLECT_LAYER = sorted(PACKAGE.glob("collect/**/*.py"))
+CHECKS_OR_LATER = ("nvdeploy.checks", "nvdeploy.runner.engine", "nvdeploy.phases")
+COLLECT_MODULES = ("nvdeploy.collect",)
+PARSE_MODULES = ("nvdeploy.parsers",)
 
 
 def _module_name(path: Path, root: Path = ROOT) -> str:
@@ -59,8 +57,8 @@ def _within(module: str, prefixes: tuple[str, ...]) -> bool:
 
 def test_the_layer_lists_name_real_files() -> None:
     # A renamed module must not make the rules below pass by checking nothing.
-    assert PACKAGE / "parse_facts.py" in PARSE_LAYER and PACKAGE / "parsers" / "smi_status.py" in PARSE_LAYER
-    assert PACKAGE / "collect.py" in COLLECT_LAYER and PACKAGE / "probe" / "ship.py" in COLLECT_LAYER
+    assert PACKAGE / "parsers/facts.py" in PARSE_LAYER and PACKAGE / "parsers" / "smi_status.py" in PARSE_LAYER
+    assert PACKAGE / "collect/catalog.py" in COLLECT_LAYER and PACKAGE / "collect/probe/ship.py" in COLLECT_LAYER
     assert all(p.is_file() for p in PARSE_LAYER + COLLECT_LAYER)
 
 
@@ -71,7 +69,7 @@ def test_imported_modules_sees_every_form(tmp_path: Path) -> None:
                       "def f():\n    from ..checks.nccl import assess\n", encoding="utf-8")
     found = imported_modules(sample, root=tmp_path)
     assert {"nvdeploy.checks.gpu", "nvdeploy.collect", "nvdeploy.parsers.text", "nvdeploy.checks.nccl"} <= found
-    assert _within("nvdeploy.collect_stack", COLLECT_MODULES) and not _within("nvdeploy.collected", COLLECT_MODULES)
+    assert _within("nvdeploy.collect.stack", COLLECT_MODULES) and not _within("nvdeploy.collected", COLLECT_MODULES)
 
 
 @pytest.mark.parametrize("path", PARSE_LAYER, ids=lambda p: p.name)
@@ -96,13 +94,13 @@ def test_imports_pull_in_no_higher_layer_and_do_not_build_the_probe_payload() ->
     # Transitively, in a fresh interpreter: what the AST rules above cannot see (an import through a third module).
     seen = _in_fresh_python(
         "import json, sys\n"
-        "import nvdeploy.collect\n"
+        "import nvdeploy.collect.catalog\n"
         "after_collect = sorted(m for m in sys.modules if m.startswith('nvdeploy.'))\n"
-        "import nvdeploy.parse_facts\n"
+        "import nvdeploy.parsers.facts\n"
         "after_parse = sorted(m for m in sys.modules if m.startswith('nvdeploy.'))\n"
-        "import nvdeploy.cli, nvdeploy.engine, nvdeploy.checks\n"
-        "from nvdeploy.probe import ship\n"
-        "import nvdeploy.collect as c\n"
+        "import nvdeploy.cli.app, nvdeploy.runner.engine, nvdeploy.checks\n"
+        "from nvdeploy.collect.probe import ship\n"
+        "import nvdeploy.collect.catalog as c\n"
         "cached = ship.payload.cache_info().currsize\n"
         "spec = c.specs_for(['nvidia_smi_xml'], {}, heavy=False)[-1]\n"
         "print(json.dumps({'collect': after_collect, 'parse': after_parse, 'cached': cached,\n"
@@ -115,7 +113,7 @@ def test_imports_pull_in_no_higher_layer_and_do_not_build_the_probe_payload() ->
 
 
 def test_the_collector_catalog_does_not_depend_on_what_was_imported() -> None:
-    alone = _in_fresh_python("import json\nfrom nvdeploy.collect import COLLECTORS\n"
+    alone = _in_fresh_python("import json\nfrom nvdeploy.collect.catalog import COLLECTORS\n"
                              "print(json.dumps(list(COLLECTORS)))")
     assert alone == list(COLLECTORS)
     named = {c for check in CHECKS.values() for c in check.collectors}

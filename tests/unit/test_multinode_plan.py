@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from nvdeploy.multinode import BisectLog, bisect, pair_rounds
+from nvdeploy.runner.pairing import BisectLog, bisect, pair_rounds
 
 
 def test_pairs_are_disjoint_and_cover_every_node():

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from nvdeploy.engine import EngineOptions
-from nvdeploy.inventory import Host
+from nvdeploy.config.inventory import Host
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.multinode import MultiNodeRunner
-from nvdeploy.profiles import ProfileCatalog
-from nvdeploy.record import RunRecorder
 from nvdeploy.results import ErrorReason, Verdict
+from nvdeploy.runner.engine import EngineOptions
+from nvdeploy.runner.record import RunRecorder
 from nvdeploy.sim.mpi_tool import multinode_table
 from nvdeploy.sim.scenario import NodeScenario
 from nvdeploy.slurm.srun import POOL_VAR, SrunOptions, SrunPool, nccl_srun_argv

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from nvdeploy.commands.node_check_state import StateFile, state_dir, unsafe_reason
+from nvdeploy.cli.commands.node_check_state import StateFile, state_dir, unsafe_reason
 from nvdeploy.results import ErrorReason, Finding, Verdict
 from nvdeploy.slurm.confirm import decide
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from _catalog_helpers import context, result, run_check
 
-from nvdeploy.collect_stack import MPS_CONTROL, build_mps
+from nvdeploy.collect.stack import MPS_CONTROL, build_mps
+from nvdeploy.collect.stack_commands import CONTAINER_FIND_ARGV, CUDA_FIND_ARGV, MPS_UNSAFE_RC
 from nvdeploy.results import CommandResult, ErrorReason, Verdict
-from nvdeploy.stack_commands import CONTAINER_FIND_ARGV, CUDA_FIND_ARGV, MPS_UNSAFE_RC
 from nvdeploy.transport import batch
 from nvdeploy.transport.base import CommandSpec
 from nvdeploy.transport.local import LocalTransport

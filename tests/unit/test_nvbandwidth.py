@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from _catalog_helpers import CATALOG, context, profile_with, result, run_check, sim_check, timed_out, verdicts
 
-from nvdeploy.collect import specs_for
+from nvdeploy.collect.catalog import specs_for
+from nvdeploy.config.profiles import load_profile_file
+from nvdeploy.config.yamlfile import ConfigError
 from nvdeploy.parsers.nvbandwidth import parse_nvbandwidth
-from nvdeploy.profiles import load_profile_file
 from nvdeploy.results import ErrorReason, Remediation, Verdict
-from nvdeploy.yamlfile import ConfigError
 
 REAL = Path(__file__).parent.parent / "fixtures" / "real" / "nvbandwidth"
 B300 = (REAL / "b300-sxm6-7gpu-v0.10.0-610.57.04-excerpt.txt").read_text()

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from nvdeploy.config.profiles import NvlinkDomain, load_profile_file
+from nvdeploy.config.yamlfile import ConfigError
 from nvdeploy.parsers.nvidia_smi import parse_text, parse_xml
 from nvdeploy.parsers.nvlink import parse_nvlink
-from nvdeploy.profiles import NvlinkDomain, load_profile_file
 from nvdeploy.results import ErrorReason, Remediation, Verdict
 from nvdeploy.sim.scenario import NodeScenario
-from nvdeploy.yamlfile import ConfigError
 from tests.unit._catalog_helpers import CATALOG, context, result, run_check, sim_results
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
@@ -284,7 +284,7 @@ def test_hgx_output_is_unchanged_by_the_tray_simulation():
 def test_checks_show_documents_what_runs_pass_and_the_nvidia_remediation(check_id, words):
     from click.testing import CliRunner
 
-    from nvdeploy.cli import cli
+    from nvdeploy.cli.app import cli
 
     out = CliRunner().invoke(cli, ["checks", "show", check_id])
     assert out.exit_code == 0, out.output

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from nvdeploy.cli import cli
+from nvdeploy.cli.app import cli
 
 REAL = Path(__file__).parent.parent / "fixtures" / "real"
 FOLDER_FORMAT = {"dcgmi-diag-json": "dcgmi-diag", "dcgmi-diag-text": "dcgmi-diag", "nvvs": "dcgmi-diag",

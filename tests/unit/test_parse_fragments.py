@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from nvdeploy.cli import cli
-from nvdeploy.commands import parse as parse_module
+from nvdeploy.cli.app import cli
+from nvdeploy.cli.commands import parse as parse_module
 
 REAL = Path(__file__).parent.parent / "fixtures" / "real"
 NOT_SHOWN = "not in the pasted text"

@@ -1,5 +1,5 @@
 """The storage parsers: fio's JSON (real captures in tests/fixtures/real/fio, see PROVENANCE.tsv), dd's summary line,
-and the storage script's per-path framing (nvdeploy/storage_commands.py)."""
+and the storage script's per-path framing (nvdeploy/collect/storage_commands.py)."""
 
 from __future__ import annotations
 

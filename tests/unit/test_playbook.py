@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nvdeploy.cli import cli
-from nvdeploy.inventory import Host, load_inventory
-from nvdeploy.playbook import check_tags, load_playbook, plan_host, plan_hosts, resolve_playbook
-from nvdeploy.profiles import ProfileCatalog
-from nvdeploy.yamlfile import ConfigError
+from nvdeploy.cli.app import cli
+from nvdeploy.config.inventory import Host, load_inventory
+from nvdeploy.config.playbook import check_tags, load_playbook, plan_host, plan_hosts, resolve_playbook
+from nvdeploy.config.profiles import ProfileCatalog
+from nvdeploy.config.yamlfile import ConfigError
 
 CATALOG = ProfileCatalog()
 PROFILE = CATALOG.get("h100-sxm-8x")
@@ -155,7 +155,7 @@ def test_cli_rejects_a_bad_playbook_before_any_connection(tmp_path):
 
 
 def test_demo_inventory_plans_everywhere():
-    from nvdeploy.cli import resolve_inventory_path
+    from nvdeploy.cli.app import resolve_inventory_path
 
     inventory = load_inventory(resolve_inventory_path("demo"), CATALOG)
     plans = plan_hosts(load_playbook(resolve_playbook(None, "install")), inventory.hosts, CATALOG)

@@ -11,7 +11,7 @@ from _catalog_helpers import CATALOG, context, run_check, sim_results
 from click.testing import CliRunner
 
 from nvdeploy.checks.power import dcgm_power_results, describe_power_result, evaluate_power
-from nvdeploy.cli import cli
+from nvdeploy.cli.app import cli
 from nvdeploy.parsers.dcgm import parse_dcgm_diag
 from nvdeploy.results import Finding, NodeResult, Verdict
 from nvdeploy.sim.scenario import NodeScenario

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from nvdeploy.parse_facts import node_facts
+from nvdeploy.collect.probe import nvml_probe
+from nvdeploy.collect.probe.ship import MAX_ARGUMENT_BYTES, probe_argv
+from nvdeploy.config.profiles import ProfileCatalog
+from nvdeploy.parsers.facts import node_facts
 from nvdeploy.parsers.nvidia_smi import GpuFacts, parse_xml
 from nvdeploy.parsers.nvml_json import parse_probe_json
-from nvdeploy.probe import nvml_probe
-from nvdeploy.probe.ship import MAX_ARGUMENT_BYTES, probe_argv
-from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.results import CommandResult
 from nvdeploy.sim.fake_nvml import run_probe
 from nvdeploy.sim.scenario import NodeScenario
@@ -117,7 +117,7 @@ def test_probe_json_without_error_records_still_reads():
 def test_gpu_without_a_handle_is_recorded_with_its_error():
     import io
 
-    from nvdeploy.probe import nvml_probe
+    from nvdeploy.collect.probe import nvml_probe
     from nvdeploy.sim.fake_nvml import NVMLError, fake_nvml
     from nvdeploy.sim.scenario import node_facts
 

@@ -8,7 +8,7 @@ import io
 
 import pytest
 
-from nvdeploy.progress import (
+from nvdeploy.runner.progress import (
     PLAIN_PREFIX,
     EtaEstimate,
     Painter,

@@ -8,11 +8,11 @@ import pytest
 from _catalog_helpers import CATALOG, result, timed_out
 
 from nvdeploy.checks.rdma import expectation, judge_pair
-from nvdeploy.engine import EngineOptions
-from nvdeploy.inventory import load_inventory
+from nvdeploy.config.inventory import load_inventory
 from nvdeploy.parsers.perftest import parse_perftest
 from nvdeploy.phases.validate import run_validate
 from nvdeploy.results import ClusterVerdict, ErrorReason, Remediation, Verdict
+from nvdeploy.runner.engine import EngineOptions
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "perftest"
 OK_SERVER = result("gpudirect_server", "server table\n")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from nvdeploy.record import NodeSpool
 from nvdeploy.report import render_json
 from nvdeploy.report.html import render_html
 from nvdeploy.report.junit import render_junit
@@ -19,6 +18,7 @@ from nvdeploy.results import (
     RunResult,
     Verdict,
 )
+from nvdeploy.runner.record import NodeSpool
 
 
 def _node(name: str, verdict: Verdict = Verdict.PASS, driver: str = "550.90.07") -> NodeResult:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from nvdeploy.diff import compare_runs
 from nvdeploy.report import BASELINE_FILE, load_saved_diff, write_reports
 from nvdeploy.report.chart import bandwidth_charts
+from nvdeploy.report.compare import compare_runs
 from nvdeploy.report.evidence import excerpt, safe_href
 from nvdeploy.report.html import render_html, report_script
 from nvdeploy.report.view import action_list, action_text, matrix, why
@@ -248,8 +248,8 @@ def test_interrupted_runs_say_so_first(interrupted):
 
 
 def test_report_re_renders_from_the_journal_after_a_crash(tmp_path):
-    from nvdeploy.record import RunRecorder
-    from nvdeploy.runs import load_run
+    from nvdeploy.runner.folders import load_run
+    from nvdeploy.runner.record import RunRecorder
 
     recorder = RunRecorder(tmp_path)
     recorder.journal({"type": "run", "run_id": "r1", "cluster": "c", "phase": "validate", "hosts": ["a", "b"],

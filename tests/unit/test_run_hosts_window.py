@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import threading
 
-from nvdeploy.engine import run_hosts
-from nvdeploy.inventory import Host
+from nvdeploy.config.inventory import Host
 from nvdeploy.results import ErrorReason, Finding, NodeResult, Verdict
+from nvdeploy.runner.engine import run_hosts
 
 
 class _CountingRunner:

@@ -8,10 +8,10 @@ from dataclasses import asdict
 
 import pytest
 
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.parsers.detect import detect_format
 from nvdeploy.parsers.nvidia_smi import parse_text, parse_version, parse_xml
 from nvdeploy.parsers.nvml_json import parse_probe_json
-from nvdeploy.profiles import ProfileCatalog
 from nvdeploy.sim.fake_nvml import run_probe
 from nvdeploy.sim.scenario import NodeScenario
 from nvdeploy.sim.tools import run_tool

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.sim import state
 from nvdeploy.sim.datacenter import NVLINK_DOWN_GPU, NVLINK_DOWN_LINKS, down_links
 from nvdeploy.sim.scenario import NodeScenario, node_facts

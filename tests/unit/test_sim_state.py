@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.sim import scenario as scenario_module
 from nvdeploy.sim import state
 from nvdeploy.sim.fake_tool import FAKE_TOOLS, install_fake_tools

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.sim.fake_tool import FAKE_TOOLS, install_fake_tools, main
 from nvdeploy.sim.scenario import HGX_BUSES, KNOWN_FAULTS, NodeScenario, pci_buses, validate_fault
 from nvdeploy.sim.tools import DRIVER_MISSING_MESSAGE, ToolOutput, run_tool
@@ -388,7 +388,7 @@ def test_fake_tools_read_a_json_copy_of_the_profile_only_while_its_yaml_is_uncha
     import os
     import shutil
 
-    from nvdeploy.profiles import ProfileCatalog
+    from nvdeploy.config.profiles import ProfileCatalog
     from nvdeploy.sim.fake_tool import CachedProfiles
 
     folder = tmp_path / "profiles"

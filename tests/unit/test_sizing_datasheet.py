@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from nvdeploy.profiles import ProfileCatalog, load_profile_file
+from nvdeploy.config.profiles import ProfileCatalog, load_profile_file
+from nvdeploy.config.yamlfile import ConfigError
 from nvdeploy.report.html import render_html
 from nvdeploy.results import Finding, NodeResult, RunResult, Verdict
 from nvdeploy.sizing.measured import comparison_rows, measured_figures
 from nvdeploy.sizing.models import ModelShape, load_models
 from nvdeploy.sizing.sku import sku_figures
 from nvdeploy.sizing.solve import Job, estimate
-from nvdeploy.yamlfile import ConfigError
 
 CATALOG = ProfileCatalog()
 USER_PROFILE = """name: my-gpu

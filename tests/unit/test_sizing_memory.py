@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.sizing import memory
 from nvdeploy.sizing.models import ModelShape, load_models
 from nvdeploy.sizing.sku import sku_figures

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import pytest
 
-from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.sizing import compute
 from nvdeploy.sizing.models import load_models
 from nvdeploy.sizing.sku import sku_figures

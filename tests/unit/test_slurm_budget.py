@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 
-from nvdeploy.commands.slurm import _reservation_deadline
-from nvdeploy.inventory import Host
-from nvdeploy.levels import load_levels
-from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.cli.commands.slurm import _reservation_deadline
+from nvdeploy.config.inventory import Host
+from nvdeploy.config.levels import load_levels
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.slurm.budget import CLOSE_S, worst_case
 from nvdeploy.slurm.reservation import Reservation
 

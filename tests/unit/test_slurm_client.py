@@ -97,7 +97,7 @@ def test_wrapper_output_split_per_node_back_into_the_batch_frames() -> None:
 
 
 def _host(name: str, gres: str, partitions: tuple, state: str = "idle", alloc: int = 0):
-    from nvdeploy.inventory import Host
+    from nvdeploy.config.inventory import Host
     from nvdeploy.slurm.nodes import SlurmNode
 
     return Host(name, {"slurm_node": SlurmNode(name, state, (), "", "", gres, partitions, (), alloc).to_dict()})
@@ -133,7 +133,7 @@ def test_nodes_slurm_cannot_start_are_refused_before_the_step() -> None:
 
 
 def _silent(name: str):
-    from nvdeploy.inventory import Host
+    from nvdeploy.config.inventory import Host
     from nvdeploy.slurm.nodes import SlurmNode
 
     node = SlurmNode(name, "idle", ("NOT_RESPONDING",), "", "", "gpu:8", ("p",), (), 0)

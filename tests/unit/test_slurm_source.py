@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from nvdeploy.inventory import load_inventory
-from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.config.inventory import load_inventory
+from nvdeploy.config.profiles import ProfileCatalog
+from nvdeploy.config.yamlfile import ConfigError
 from nvdeploy.slurm import source
 from nvdeploy.slurm.client import SlurmError
 from nvdeploy.slurm.nodes import parse_text
-from nvdeploy.yamlfile import ConfigError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 

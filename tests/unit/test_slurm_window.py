@@ -7,8 +7,8 @@ from typing import Optional, Sequence
 
 import pytest
 
-from nvdeploy.inventory import Host, Inventory
-from nvdeploy.profiles import ProfileCatalog
+from nvdeploy.config.inventory import Host, Inventory
+from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.results import Finding, NodeResult, RunResult, Verdict
 from nvdeploy.slurm.client import SlurmClient, SlurmError
 from nvdeploy.slurm.drain import Policy

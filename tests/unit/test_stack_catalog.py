@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from nvdeploy.cli import cli
-from nvdeploy.levels import load_levels
+from nvdeploy.cli.app import cli
+from nvdeploy.config.levels import load_levels
 
 NODE = ("cuda.compat", "gpu.mps", "container.runtime", "container.gpu_run", "power.node")
 CLUSTER = ("rdma.gpudirect", "power.budget", "power.cluster")

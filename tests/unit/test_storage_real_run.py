@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from nvdeploy.collect.storage_commands import FILE_PREFIX, build_storage
 from nvdeploy.parsers.storage import parse_storage
-from nvdeploy.storage_commands import FILE_PREFIX, build_storage
 
 ENV = {"LC_ALL": "C", "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 

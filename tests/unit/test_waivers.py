@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from nvdeploy.config.waivers import apply_waivers, expired, load_waivers, parse_waivers
+from nvdeploy.config.yamlfile import ConfigError, load_yaml_text
 from nvdeploy.results import ClusterVerdict, Finding, NodeResult, Remediation, Verdict, cluster_verdict
-from nvdeploy.waivers import apply_waivers, expired, load_waivers, parse_waivers
-from nvdeploy.yamlfile import ConfigError, load_yaml_text
 
 KNOWN = ("memory.remapped_rows", "nccl.all_reduce", "fleet.performance", "kmsg.xid")
 UNTIL = dt.date(2027, 1, 15)
@@ -113,8 +113,8 @@ def test_a_malformed_waiver_names_file_line_and_key(tmp_path, text, line, key, m
 
 
 def test_an_impossible_date_anywhere_in_yaml_is_a_config_error_not_a_traceback(tmp_path):
-    from nvdeploy.inventory import load_inventory
-    from nvdeploy.profiles import ProfileCatalog
+    from nvdeploy.config.inventory import load_inventory
+    from nvdeploy.config.profiles import ProfileCatalog
 
     path = tmp_path / "inv.yaml"
     path.write_text("all:\n  hosts:\n    a: {connection: sim, profile: h100-sxm-8x, note: 2027-02-30}\n")

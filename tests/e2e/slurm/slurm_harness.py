@@ -84,7 +84,7 @@ class SlurmTestCluster:
     def set_faults(self, node: str, faults: Sequence[str] = ()) -> None:
         """The node's faults; every node's scenario lists the others' as peers (the simulated multi-node
         all_reduce_perf of a Slurm step computes the job's bandwidth from all of them)."""
-        from nvdeploy.profiles import ProfileCatalog
+        from nvdeploy.config.profiles import ProfileCatalog
         from nvdeploy.sim.scenario import NodeScenario
 
         self.faults[node] = tuple(faults)

@@ -134,7 +134,7 @@ def test_reason_with_quotes_and_metacharacters_is_one_argv_word(slurm: SlurmTest
 
 def test_via_slurm_per_node_faults_judged_as_over_ssh(slurm: SlurmTestCluster, tmp_path: Path,
                                                      ssh_cluster_factory, requires_sshd) -> None:
-    from nvdeploy.profiles import ProfileCatalog
+    from nvdeploy.config.profiles import ProfileCatalog
     from nvdeploy.sim.scenario import NodeScenario
 
     faults = {"node1": (), "node2": ("gpu_missing",), "node3": ("xid79", "persistence_off"), "node4": ()}

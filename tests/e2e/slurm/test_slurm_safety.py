@@ -19,7 +19,7 @@ from typing import Optional
 import pytest
 from slurm_harness import KILL_WAIT_MARGIN_S, PROFILE, SlurmTestCluster
 
-from nvdeploy.inventory import Host
+from nvdeploy.config.inventory import Host
 from nvdeploy.slurm.client import SlurmClient
 from nvdeploy.slurm.srun import SrunOptions, SrunPool
 from nvdeploy.transport import batch
@@ -279,7 +279,7 @@ def test_an_error_after_validation_puts_the_reopened_nodes_back(slurm: SlurmTest
     path = window_setup(slurm, tmp_path)
     inject = ("import sys, nvdeploy.slurm.window as w\n"
               "def boom(*args, **kwargs):\n    raise RuntimeError('boom after validation')\n"
-              "w.SlurmWindow.finish = boom\nfrom nvdeploy.cli import main\nsys.argv[0] = 'nvdeploy'\nmain()\n")
+              "w.SlurmWindow.finish = boom\nfrom nvdeploy.cli.app import main\nsys.argv[0] = 'nvdeploy'\nmain()\n")
     done = subprocess.run([sys.executable, "-c", inject, "validate", "-i", str(path), "--out", str(tmp_path / "out"),
                            "--no-history", *WINDOW_ARGS], capture_output=True, text=True, timeout=240,
                           env=slurm.env, stdin=subprocess.DEVNULL)

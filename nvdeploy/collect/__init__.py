@@ -1,0 +1,21 @@
+"""Collect: the commands that gather raw evidence from a node, each a ``Collector`` with its own timeout.
+
+``collector`` is the type; ``catalog`` assembles every collector by name and turns a plan into command specs;
+``datacenter`` (NVLink, fabric, InfiniBand, DCGM, nccl-tests), ``stack`` (CUDA, containers, MPS, IMEX) and the
+``*_commands`` modules (their command lines) fill it; ``probe/`` is the NVML probe shipped to the node. Collectors
+describe commands; a transport runs them. This stage imports the config, the transport interface and nothing later.
+"""
+
+
+def __getattr__(name: str) -> object:
+    """Names of the old flat ``nvdeploy/collect.py`` (now ``collect/catalog.py``) keep working, with a warning."""
+    import importlib
+    import warnings
+
+    module = importlib.import_module("nvdeploy.collect.catalog")
+    try:
+        value = getattr(module, name)
+    except AttributeError:
+        raise AttributeError(f"module 'nvdeploy.collect' has no attribute {name!r}") from None
+    warnings.warn(f"nvdeploy.collect.{name} moved to nvdeploy.collect.catalog.{name}", DeprecationWarning, stacklevel=2)
+    return value

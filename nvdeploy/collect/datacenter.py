@@ -1,0 +1,112 @@
+"""The collectors of the check catalog beyond nvidia-smi/lspci/dmesg: NVLink, topology, fabric manager, InfiniBand,
+kernel modules, software versions, DCGM and nccl-tests.
+
+Light collectors answer in seconds and go in the node's one batched round trip. Heavy ones (``dcgmi diag``,
+``all_reduce_perf``) run afterwards, one round trip each, under their own hard timeout:
+
+- ``dcgm_diag_r1`` .. ``dcgm_diag_r4``: ``dcgmi diag -r N -j``, timeouts 120 s, 1200 s, 3600 s, 10800 s; the host
+  var ``dcgm_timeout`` (seconds) overrides them. The level picks the diag level by picking the check that reads
+  the collector (``dcgm.diag_r2`` at standard, ``dcgm.diag_r3`` at full).
+- ``nccl_all_reduce``: ``env NCCL_DEBUG=VERSION [NCCL_TESTS_MIN_BW=<floor>] [nccl_env...] <nccl_tests_dir>/
+  all_reduce_perf -b 1G -e 8G -f 2 -g <GPU count> -c 1``, timeout 900 s (host var ``nccl_timeout``).
+  ``NCCL_TESTS_MIN_BW`` is the profile's busbw floor, so all_reduce_perf's own exit status fails when the
+  average bus bandwidth falls below 90% of the floor (nccl-tests' rule) and agrees with the verdict.
+
+- ``nvbandwidth``: ``nvbandwidth -j -t host_to_device_memcpy_ce device_to_host_memcpy_ce
+  device_to_device_memcpy_read_ce``, timeout 600 s (host var ``nvbandwidth_timeout``; ``nvbandwidth_path`` names the
+  binary).
+
+``compute_apps`` (light): ``nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader``,
+timeout 20 s; the engine adds it to the light batch whenever heavy collectors are planned (the busy guard).
+
+The module defines them and registers nothing: :data:`COLLECTORS` lists them for the catalog that
+collect/catalog.py builds. The nccl-tests command line and its busbw floor live in collect/nccl_commands.py, shared
+with the check that judges the run.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from nvdeploy.collect.collector import Collector
+from nvdeploy.collect.nccl_commands import (  # noqa: F401  re-exported: the collector's argv builders
+    DEFAULT_GPU_COUNT,
+    NCCL_SIZES,
+    NCCL_TIMEOUT_S,
+    build_nccl_all_reduce,
+    nccl_binary,
+    nccl_env_assignments,
+)
+
+DCGM_TIMEOUTS = {1: 120.0, 2: 1200.0, 3: 3600.0, 4: 10800.0}
+
+
+def dcgm_diag_collector(level: int) -> str:
+    return f"dcgm_diag_r{level}"
+
+
+NVLINK = Collector(
+    "nvidia_smi_nvlink", ("nvidia-smi", "nvlink", "-s"), 30.0,
+    description="NVLink state and speed of every link of every GPU")
+TOPO = Collector(
+    "nvidia_smi_topo", ("nvidia-smi", "topo", "-m"), 30.0,
+    description="the GPU/NIC connection matrix (NV# = bonded NVLinks)")
+FABRICMANAGER = Collector(
+    "fabricmanager", ("systemctl", "is-active", "nvidia-fabricmanager"), 20.0,
+    description="whether nvidia-fabricmanager runs (NVSwitch systems)")
+FABRICMANAGER_VERSION = Collector(
+    "fabricmanager_version", ("nv-fabricmanager", "--version"), 20.0,
+    description="the fabric manager's version (must equal the driver's)")
+LSMOD = Collector(
+    "lsmod", ("lsmod",), 20.0, description="loaded kernel modules (nvidia_peermem for GPUDirect RDMA)")
+IBSTAT = Collector(
+    "ibstat", ("ibstat",), 30.0, description="InfiniBand HCAs and port state, rate and link layer")
+OFED = Collector(
+    "ofed_info", ("ofed_info", "-s"), 20.0, description="the MLNX/DOCA OFED version")
+DCGM_VERSION = Collector(
+    "dcgm_version", ("dcgmi", "--version"), 30.0, description="the DCGM version")
+DCGM_DISCOVERY = Collector(
+    "dcgm_discovery", ("dcgmi", "discovery", "-l"), 60.0,
+    description="GPUs and NVSwitches as DCGM (nv-hostengine) sees them")
+# The busy guard (nvdeploy/checks/heavy_gate.py): read before any heavy collector may start; real format, one
+# line per process and GPU, nothing when idle.
+COMPUTE_APPS = Collector(
+    "compute_apps", ("nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"),
+    20.0, description="GPU compute processes (busy guard: heavy tests do not start on a busy node)")
+DCGM_DIAG = {level: Collector(
+    dcgm_diag_collector(level), ("dcgmi", "diag", "-r", str(level), "-j"), timeout, heavy=True,
+    description=f"DCGM diagnostic level {level} (JSON)", timeout_var="dcgm_timeout")
+    for level, timeout in DCGM_TIMEOUTS.items()}
+NCCL_ALL_REDUCE = Collector(
+    "nccl_all_reduce", ("all_reduce_perf", *NCCL_SIZES, "-g", str(DEFAULT_GPU_COUNT), "-c", "1"), NCCL_TIMEOUT_S,
+    heavy=True, description="nccl-tests all_reduce_perf across every GPU of the node, 1-8 GiB, validated",
+    timeout_var="nccl_timeout", build=build_nccl_all_reduce)
+
+# nvbandwidth (github.com/NVIDIA/nvbandwidth) with JSON output, three copy-engine testcases: host to device, device
+# to host (per GPU) and peer reads (per GPU pair). Heavy: it loads every GPU's copy engines for a minute or two.
+NVBANDWIDTH_TESTCASES = ("host_to_device_memcpy_ce", "device_to_host_memcpy_ce", "device_to_device_memcpy_read_ce")
+NVBANDWIDTH_TIMEOUT_S = 600.0
+
+
+def build_nvbandwidth(host_vars: Mapping[str, Any], profile: Any) -> tuple[str, ...]:
+    """``<nvbandwidth_path or nvbandwidth> -j -t <testcases>``; the host var ``nvbandwidth_path`` names the binary
+    where it is not on the PATH (a build folder)."""
+    binary = str(host_vars.get("nvbandwidth_path") or "nvbandwidth")
+    return (binary, "-j", "-t", *NVBANDWIDTH_TESTCASES)
+
+
+NVBANDWIDTH = Collector(
+    "nvbandwidth", ("nvbandwidth", "-j", "-t", *NVBANDWIDTH_TESTCASES), NVBANDWIDTH_TIMEOUT_S, heavy=True,
+    description="nvbandwidth host->device, device->host and peer read copies (copy engines, JSON)",
+    timeout_var="nvbandwidth_timeout", build=build_nvbandwidth)
+
+# How long the node has been up: nvlink.fabric says how long after boot a GPU's registration is still pending.
+# awk, not cat: the batch script itself runs cat, head, wc, dd and tail, and a tool it names must be free to be
+# replaced (tests put an argv echo in place of every collector's tool).
+UPTIME = Collector(
+    "uptime", ("awk", "{print $1}", "/proc/uptime"), 10.0, description="seconds since boot (/proc/uptime)")
+
+# This module's part of the catalog, in the order `nvdeploy/collect/catalog.py` lists it.
+COLLECTORS: tuple[Collector, ...] = (
+    NVLINK, TOPO, FABRICMANAGER, FABRICMANAGER_VERSION, LSMOD, IBSTAT, OFED, DCGM_VERSION, DCGM_DISCOVERY,
+    COMPUTE_APPS, *DCGM_DIAG.values(), NCCL_ALL_REDUCE, NVBANDWIDTH, UPTIME)

@@ -1,0 +1,179 @@
+"""Waivers: a named finding accepted on named nodes (and GPUs) until a date, with an owner and a reason.
+
+```yaml
+# waivers.yaml (validate --waivers FILE)
+waivers:
+  - check: memory.remapped_rows      # a check id (nvdeploy checks list)
+    nodes: gpu017                     # a host, a folded range (gpu[017-019]) or a list of them
+    gpus: [3]                         # optional: only these GPUs' findings
+    until: 2027-01-15                 # the last day (UTC) it holds
+    owner: jdoe@example.com
+    reason: "remapped rows: RMA 4711 open"
+```
+
+A waived WARN or FAIL becomes SKIP (it no longer counts towards the verdict or the exit status) with a summary
+that starts ``WAIVED <verdict> until <date> (owner ...: reason)``, so the report and results.json show who accepted
+what until when. ERROR is never waived: could not determine is not a known fault. A waiver past its date waives
+nothing: the finding counts again, and :func:`expired` gives the error naming its file and line (the run goes on: a
+nightly validation does not stop the day a waiver lapses). A malformed waiver or an unknown check is a ConfigError
+naming the file, line and key (:func:`load_waivers`): the run does not start.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+
+from nvdeploy.config.hostrange import HostRangeError, expand
+from nvdeploy.config.yamlfile import ConfigError, line_of, load_yaml_file
+from nvdeploy.results import Finding, NodeResult, Verdict
+
+KEYS = {"check", "nodes", "gpus", "until", "owner", "reason"}
+REQUIRED = ("check", "nodes", "until", "owner", "reason")
+WAIVABLE = (Verdict.WARN, Verdict.FAIL)
+PREFIX = "WAIVED "
+
+
+@dataclass(frozen=True)
+class Waiver:
+    check: str
+    nodes: frozenset[str]
+    until: dt.date
+    owner: str
+    reason: str
+    gpus: Optional[frozenset[int]] = None
+    file: str = ""
+    line: Optional[int] = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}" if self.line is not None else self.file
+
+    def active(self, today: dt.date) -> bool:
+        return today <= self.until
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for the run's header (a resumed or rebuilt run applies the same waivers)."""
+        return {"check": self.check, "nodes": sorted(self.nodes), "until": self.until.isoformat(), "owner": self.owner,
+                "reason": self.reason, "gpus": sorted(self.gpus) if self.gpus is not None else None,
+                "file": self.file, "line": self.line}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Waiver:
+        gpus = data.get("gpus")
+        return cls(str(data["check"]), frozenset(data["nodes"]), dt.date.fromisoformat(data["until"]),
+                   str(data["owner"]), str(data["reason"]), frozenset(gpus) if gpus is not None else None,
+                   str(data.get("file", "")), data.get("line"))
+
+    def covers(self, finding: Finding, node: str) -> bool:
+        if finding.check != self.check or node not in self.nodes or finding.verdict not in WAIVABLE:
+            return False
+        return self.gpus is None or finding.gpu in self.gpus
+
+
+def _date(value: Any, file: str, line: Optional[int]) -> dt.date:
+    if isinstance(value, dt.datetime):
+        return value.date()
+    if isinstance(value, dt.date):
+        return value
+    if isinstance(value, str):
+        try:
+            return dt.date.fromisoformat(value.strip())
+        except ValueError:
+            pass
+    raise ConfigError(f"must be a date YYYY-MM-DD, got {value!r}", file, line, "until")
+
+
+def _nodes(value: Any, file: str, line: Optional[int]) -> frozenset[str]:
+    items = value if isinstance(value, list) else [value]
+    out: set[str] = set()
+    for item in items:
+        if not isinstance(item, str) or not item.strip():
+            raise ConfigError(f"must be a host, a folded range or a list of them, got {item!r}", file, line, "nodes")
+        try:
+            out.update(expand(item.strip()))
+        except HostRangeError as exc:
+            raise ConfigError(f"not a host range: {exc}", file, line, "nodes") from None
+    return frozenset(out)
+
+
+def _gpus(value: Any, file: str, line: Optional[int]) -> frozenset[int]:
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in items):
+        raise ConfigError(f"must be a GPU index or a list of them, got {value!r}", file, line, "gpus")
+    return frozenset(items)
+
+
+def parse_waivers(data: Any, file: str, known_checks: Optional[Iterable[str]] = None) -> list[Waiver]:
+    """The waivers of a loaded waivers file, expired ones included (:func:`expired` names them). Raises
+    ConfigError (file, line, key) for a malformed entry or a check not in ``known_checks`` (when given)."""
+    if not isinstance(data, dict) or not isinstance(data.get("waivers"), list):
+        raise ConfigError("a waivers file needs a 'waivers:' list", file, line_of(data), "waivers")
+    known = set(known_checks) if known_checks is not None else None
+    entries = data["waivers"]
+    out: list[Waiver] = []
+    for index, entry in enumerate(entries):
+        line = line_of(entries, index)
+        if not isinstance(entry, dict):
+            raise ConfigError("each waiver must be a mapping (check, nodes, until, owner, reason)", file, line,
+                              f"waivers[{index}]")
+        for key in entry:
+            if key not in KEYS:
+                raise ConfigError(f"unknown key in a waiver (allowed: {', '.join(sorted(KEYS))})", file,
+                                  line_of(entry, key), str(key))
+        for key in REQUIRED:
+            if key not in entry:
+                raise ConfigError("missing required key", file, line, key)
+        for key in ("check", "owner", "reason"):
+            if not isinstance(entry[key], str) or not entry[key].strip():
+                raise ConfigError("must be a non-empty string", file, line_of(entry, key), key)
+        check = entry["check"].strip()
+        if known is not None and check not in known:
+            raise ConfigError(f"unknown check {check!r} (see 'nvdeploy checks list')", file, line_of(entry, "check"),
+                              "check")
+        until = _date(entry["until"], file, line_of(entry, "until"))
+        waiver = Waiver(check, _nodes(entry["nodes"], file, line_of(entry, "nodes")), until, entry["owner"].strip(),
+                        entry["reason"].strip(),
+                        _gpus(entry["gpus"], file, line_of(entry, "gpus")) if "gpus" in entry else None, file, line)
+        out.append(waiver)
+    return out
+
+
+def expired(waivers: Sequence[Waiver], today: dt.date) -> list[str]:
+    """One error line per waiver past its date, naming its file and line: it waives nothing any more."""
+    return [f"{w.where}: waiver of {w.check} on {len(w.nodes)} node(s) by {w.owner} expired on "
+            f"{w.until.isoformat()} (today is {today.isoformat()}): its findings count again; renew the date or "
+            "remove it" for w in waivers if not w.active(today)]
+
+
+def load_waivers(path: Union[str, Path], known_checks: Optional[Iterable[str]] = None) -> list[Waiver]:
+    """Read and check a waivers file (see :func:`parse_waivers`)."""
+    return parse_waivers(load_yaml_file(path), str(path), known_checks)
+
+
+def today_utc() -> dt.date:
+    return dt.datetime.now(dt.timezone.utc).date()
+
+
+def waive(finding: Finding, node: str, waivers: Sequence[Waiver], today: dt.date) -> Finding:
+    """``finding`` as SKIP with its WAIVED summary when an active waiver covers it, else unchanged."""
+    for waiver in waivers:
+        if waiver.active(today) and waiver.covers(finding, node):
+            return replace(finding, verdict=Verdict.SKIP, summary=(
+                f"{PREFIX}{finding.verdict.value} until {waiver.until.isoformat()} (owner {waiver.owner}: "
+                f"{waiver.reason}; {waiver.where}): {finding.summary}"))
+    return finding
+
+
+def apply_waivers(nodes: Sequence[NodeResult], waivers: Sequence[Waiver], today: dt.date) -> list[NodeResult]:
+    """Every node with its covered findings waived; a node with nothing waived is returned as it was."""
+    if not waivers:
+        return list(nodes)
+    out = []
+    for node in nodes:
+        findings = tuple(waive(f, node.name, waivers, today) for f in node.findings)
+        changed = any(a is not b for a, b in zip(findings, node.findings))
+        out.append(replace(node, findings=findings) if changed else node)
+    return out

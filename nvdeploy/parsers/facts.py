@@ -1,0 +1,150 @@
+"""Turn a node's raw command results into typed facts for the checks (pure)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any, Mapping, Optional
+
+from nvdeploy.parsers.catalog import catalog_facts, catalog_summary
+from nvdeploy.parsers.kmsg import parse_kmsg
+from nvdeploy.parsers.lspci import parse_lspci
+from nvdeploy.parsers.nvidia_smi import parse_xml, xml_understood
+from nvdeploy.parsers.nvml_json import parse_probe_json
+from nvdeploy.parsers.smi_status import SmiStatus, smi_status
+from nvdeploy.parsers.storage import StorageRun, parse_storage
+from nvdeploy.results import CommandResult, ErrorReason, Verdict
+
+
+def node_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
+    """Parse every collector that completed; the nvidia-smi status says whether its facts may be used."""
+    facts: dict[str, Any] = {}
+    smi_result = results.get("nvidia_smi_xml")
+    status = smi_status(smi_result)
+    smi = None
+    probe = results.get("nvml_probe")
+    probed = parse_probe_json(probe.text) if probe is not None and probe.ok else None
+    if status.usable and smi_result is not None:
+        # With the probe's GPUs at hand, only whether the XML reads matters (a garbled one is still ERROR):
+        # the per-GPU fields would be thrown away.
+        if probed is None or not probed.gpus or not xml_understood(smi_result.text):
+            smi = parse_xml(smi_result.text)
+        if smi is not None and not smi.gpus and smi.warnings:
+            status = SmiStatus(Verdict.ERROR, f"nvidia-smi XML not understood: {smi.warnings[0]}",
+                               ErrorReason.UNPARSEABLE)
+    elif smi_result is not None and _lost_but_listed(smi_result):
+        # Exit 15 with a complete table: a GPU is lost but the others answered. Their facts are judged and the
+        # lost GPU is named (FAIL, ISOLATE) by each check, instead of one node-wide "fell off the bus".
+        smi = parse_xml(smi_result.text)
+        status = SmiStatus(None)
+    facts["smi_source"] = "nvidia_smi_xml"
+    facts["probe_warnings"] = ()
+    if probed is not None:
+        if probed.gpus:
+            # NVML's facts, straight from the library; nvidia-smi's exit status above still decides.
+            smi = probed if status.usable else smi
+            facts["smi_source"] = "nvml_probe" if status.usable else "nvidia_smi_xml"
+        facts["probe_warnings"] = probed.warnings
+    elif probe is not None:
+        facts["probe_warnings"] = (f"probe not used: {probe.error_detail or f'exit {probe.rc}'}",)
+    facts["smi_status"] = status
+    facts["smi"] = smi
+    lspci = results.get("lspci")
+    facts["lspci"] = parse_lspci(lspci.text) if lspci is not None and lspci.ok else None
+    kmsg = results.get("kmsg")
+    # A log cut to its newest bytes starts mid-line: the parser drops that partial first line.
+    facts["kmsg"] = parse_kmsg(kmsg.text, partial_first_line=kmsg.truncated) if kmsg is not None and kmsg.ok \
+        else None
+    facts.update(catalog_facts(results))
+    facts["storage"] = _storage(results.get("storage_throughput"))
+    return facts
+
+
+def _storage(result: Optional[CommandResult]) -> Optional[StorageRun]:
+    """The storage script's paths (collect/storage_commands.py), whatever its exit status (each path's own is in its
+    section); None when it did not run to an answer or stood in ``true`` (no storage_paths)."""
+    if result is None or result.error is not None or result.rc in (None, 127) or result.command == "true":
+        return None
+    return parse_storage(result.text)
+
+
+def _lost_but_listed(result: CommandResult) -> bool:
+    """nvidia-smi exited 15 (a GPU is lost) yet printed complete XML in which a GPU reads ``GPU is lost``."""
+    if result.rc != 15 or result.truncated or result.timed_out or result.error is not None:
+        return False
+    if "</nvidia_smi_log>" not in result.text:
+        return False
+    return any(gpu.lost for gpu in parse_xml(result.text).gpus)
+
+
+def summary_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The few facts kept in results.json for reports, diffs and cluster checks."""
+    out: dict[str, Any] = {}
+    smi = facts.get("smi")
+    if smi is not None:
+        out["driver_version"] = smi.driver_version
+        out["cuda_version"] = smi.cuda_version
+        out["gpu_count"] = len(smi.gpus)
+        names = sorted({g.name for g in smi.gpus if g.name})
+        out["gpu_model"] = ", ".join(names)
+        out["gpu_facts_source"] = facts.get("smi_source")
+    kmsg = facts.get("kmsg")
+    if kmsg is not None:
+        out["xid_counts"] = dict(kmsg.xid_counts)
+        if kmsg.sxid_events:  # only where there are any: results of nodes without NVSwitch events stay as they were
+            sxids: dict[str, int] = {}
+            for event in kmsg.sxid_events:
+                sxids[str(event.sxid)] = sxids.get(str(event.sxid), 0) + 1
+            out["sxid_counts"] = sxids
+    lost = [g.index for g in (smi.gpus if smi is not None else ()) if g.lost]
+    if lost:
+        out["gpus_lost"] = lost
+    lspci = facts.get("lspci")
+    if lspci is not None:
+        out["pci_gpu_count"] = len(lspci.gpus)
+    out.update(catalog_summary(facts))
+    gflops = diag_gflops(facts.get("dcgm_diag") or {})
+    if gflops:
+        out["dcgm_diag_gflops"] = gflops
+    out.update(storage_figures(facts.get("storage")))
+    return out
+
+
+def storage_figures(run: Optional[StorageRun]) -> dict[str, dict[str, float]]:
+    """``storage_read_gbps`` / ``storage_write_gbps``: {path: GB/s} of the paths measured to the end
+    (fleet.performance compares each path across nodes); a direction no path measured is left out."""
+    out: dict[str, dict[str, float]] = {}
+    for path in (run.paths if run is not None else ()):
+        if path.status != "ok":
+            continue
+        for step in path.steps:
+            if step.gbps is not None:
+                out.setdefault(f"storage_{step.direction}_gbps", {})[path.path] = round(step.gbps, 3)
+    return out
+
+
+# DCGM's Diagnostic (GEMM) plugin reports each GPU's figure as an info message of that GPU's result
+# (tests/fixtures/real/fragments/dcgmi-diag-json-dcgm4-r3-8gpu-diagnostic-test-object-trailing-comma.json).
+_GFLOPS = re.compile(r"GPU (\d+) calculated at approximately ([0-9]+(?:\.[0-9]+)?) gigaflops")
+
+
+def diag_gflops(diag: Mapping[int, Any]) -> dict[str, float]:
+    """{GPU index (str): gigaflops} from the highest diag level whose Diagnostic test printed them (fleet.performance
+    compares them across nodes); {} when none did (r1/r2 have no Diagnostic test; DCGM 3 text output has no info)."""
+    for level in sorted(diag, reverse=True):
+        out: dict[str, float] = {}
+        for test in getattr(diag[level], "tests", ()):
+            if test.name.lower() not in ("diagnostic", "diagnostics"):
+                continue
+            for result in test.results:
+                for message in result.messages:
+                    match = _GFLOPS.search(message)
+                    # The GPU the message names: a result for "all GPUs" still carries one figure per GPU.
+                    if match and (result.gpu is None or int(match.group(1)) == result.gpu):
+                        out[match.group(1)] = float(match.group(2))
+        if out:
+            return out
+    return {}
+
+
+__all__ = ["node_facts", "summary_facts", "replace"]

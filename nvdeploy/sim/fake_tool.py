@@ -30,7 +30,7 @@ FAKE_TOOLS = ("nvidia-smi", "lspci", "dmesg", "journalctl", "dcgmi", "ibstat", "
               # stateful nodes (nvdeploy/sim/systools.py)
               "sudo", "apt-get", "dpkg-query", "dpkg", "dnf", "rpm", "curl", "modprobe", "mokutil", "cpupower",
               "reboot", "uname", "cat",
-              # install (nvdeploy/sim/pkgtools.py)
+              # install (nvdeploy/sim/pkgtools.py, apt_tools.py, dnf_tools.py)
               "nvidia-ctk", "dracut", "update-initramfs", "grep",
               # the GPU stack around the driver (nvdeploy/sim/stack_tools.py)
               "find", "nvidia-cuda-mps-control", "docker", "ib_write_bw",

@@ -2,8 +2,8 @@
 
 Registered tools (``register_tool``): ``modprobe``, ``mokutil``, ``cpupower``, ``reboot``, ``uname`` and ``cat``
 (``/etc/os-release``, the boot id and the files nvdeploy wrote; on fake SSH nodes every other ``cat`` runs the real
-one). Packages (apt-get, dpkg-query, dpkg, dnf, rpm, curl) are in pkgtools.py, nvidia-smi's settings in
-smitools.py. A hook (``TOOL_HOOKS``) that sees every command first handles:
+one). Packages are in apt_tools.py and dnf_tools.py (what they offer: pkgrepo.py), curl in pkgtools.py,
+nvidia-smi's settings in smitools.py. A hook (``TOOL_HOOKS``) that sees every command first handles:
 
 - ``sudo``: ``-n`` or ``-S`` (one password line from stdin), then the command as root. In-process it always
   works; on fake SSH nodes only with the ``sudo_nopasswd`` or ``sudo_password:<pw>`` fault (see state.py).

@@ -262,7 +262,9 @@ def node_record(db_path: Union[str, Path], node: str, check: Optional[str] = Non
         runs = [dict(r) for r in conn.execute(
             "SELECT r.run_id, r.cluster, r.started_at, r.level, r.verdict AS run_verdict, r.run_dir, "  # noqa: S608
             f"n.verdict, n.driver_version, n.cuda_version, n.versions FROM runs r JOIN nodes n USING (run_id) {where} "
-            "ORDER BY r.started_at, r.run_id", [*args, node]).fetchall()]
+            # Two runs started in the same second (the time's resolution) in the order they were recorded: a run id
+            # ends in a random suffix, so ordering by it would shuffle them.
+            "ORDER BY r.started_at, r.rowid", [*args, node]).fetchall()]
         for row in runs:
             if check:
                 query = "SELECT * FROM findings WHERE run_id = ? AND node = ? AND check_id = ? ORDER BY gpu"
@@ -285,7 +287,9 @@ def check_record(db_path: Union[str, Path], check: str, cluster: Optional[str] =
     with _connect(Path(db_path), create=False) as conn:
         rows = conn.execute(
             "SELECT r.run_id, r.cluster, r.started_at, r.level, f.node, f.verdict FROM runs r "  # noqa: S608
-            f"JOIN findings f USING (run_id) {where} ORDER BY r.started_at, r.run_id", [*args, check]).fetchall()
+            # Same-second runs in the order they were recorded, as in node_record.
+            f"JOIN findings f USING (run_id) {where} ORDER BY r.started_at, r.rowid, f.rowid",
+            [*args, check]).fetchall()
     worst: dict[tuple[str, str], str] = {}
     for row in rows:
         entry = out.setdefault(row["run_id"], {"run_id": row["run_id"], "cluster": row["cluster"],

@@ -206,3 +206,18 @@ def test_a_version_1_database_stays_readable_and_gets_the_figures_table(tmp_path
     conn.close()
     list_runs(db)
     assert sqlite3.connect(db).execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("9",)
+
+
+def test_runs_started_in_the_same_second_keep_the_order_they_were_recorded(tmp_path):
+    """A run id ends in a random suffix: two runs of one second must not come back in the suffixes' order."""
+    db = tmp_path / "h.sqlite"
+    second = "2026-12-01T12:00:00+00:00"
+    record_run(db, quarter("20261201-120000-zq7", second, ("gpu02",)), tmp_path)
+    record_run(db, quarter("20261201-120000-a3k", second, ()), tmp_path)
+    order = ["20261201-120000-zq7", "20261201-120000-a3k"]
+    assert [r["run_id"] for r in node_record(db, "gpu02")] == order
+    assert [r["run_id"] for r in node_record(db, "gpu02", check="memory.ecc_errors")] == order
+    rows = check_record(db, "memory.ecc_errors")
+    assert [(r["run_id"], r["nodes"]) for r in rows] == [
+        (order[0], {"PASS": ["gpu01", "gpu03"], "FAIL": ["gpu02"]}),
+        (order[1], {"PASS": ["gpu01", "gpu02", "gpu03"]})]

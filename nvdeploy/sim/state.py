@@ -53,6 +53,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+# NVIDIA's repository folder name (ubuntu2204, debian12, rhel9) the fake repositories are served under: the same
+# pure function the install actions read (sim/pkgrepo.py reads it from here too).
+from nvdeploy.actions.osinfo import distro_tag
 from nvdeploy.sim.scenario import (
     FACT_FILTERS,
     NodeFacts,
@@ -184,16 +187,6 @@ def os_of(scenario: NodeScenario) -> tuple[str, str]:
 def ib_present(scenario: NodeScenario) -> bool:
     ib = scenario.hardware.extra.get("ib") or {}
     return int(ib.get("hcas", 0) or 0) > 0
-
-
-def distro_tag(os_id: str, version: str) -> str:
-    """NVIDIA's repository folder name: ubuntu2204, debian12, rhel9 (Rocky and Alma use RHEL's)."""
-    major = version.split(".")[0]
-    if os_id == "ubuntu":
-        return "ubuntu" + version.replace(".", "")
-    if os_id == "debian":
-        return f"debian{major}"
-    return f"rhel{major}"
 
 
 def package_names(family: str, branch: str, nvswitch: bool, open_modules: bool = False) -> dict[str, str]:

@@ -8,13 +8,14 @@ Built around the traps in RELIABILITY.md:
   stdout and stderr together, bound what we keep, and read the exit status last.
 - a killed session returns exit status -1 without an exception: that is ``connection_lost``, never a FAIL.
 - fabric's ``env=`` is not quoted: we never use it; the batch script quotes every word itself.
+
+The host keys a connection trusts are in ssh_hostkeys.py; the connect budget, sockets, jump specs and the
+classification of connect failures in ssh_connect.py; this module holds the transport and its channel reader.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import ipaddress
 import logging
 import os
 import socket
@@ -30,6 +31,15 @@ from nvdeploy.results import CommandResult, ErrorReason
 from nvdeploy.transport import batch
 from nvdeploy.transport.base import CommandSpec, Transport, TransportError
 from nvdeploy.transport.batch_budget import BatchBudget, batch_budget
+from nvdeploy.transport.ssh_connect import (
+    ConnectBudget,
+    ConnectExpired,
+    classify_connect_error,
+    expiry_detail,
+    open_socket,
+    parse_jump,
+)
+from nvdeploy.transport.ssh_hostkeys import GLOBAL_KNOWN_HOSTS, KNOWN_HOSTS, AcceptNewPolicy, user_known_hosts
 from nvdeploy.transport.sudo_gate import SudoGate
 
 # paramiko's DEBUG logging dumps channel data, and at ERROR its transport thread prints a full traceback for
@@ -38,7 +48,6 @@ from nvdeploy.transport.sudo_gate import SudoGate
 logging.getLogger("paramiko").setLevel(logging.CRITICAL)
 logging.getLogger("paramiko.transport").setLevel(logging.CRITICAL)
 
-_KNOWN_HOSTS_LOCK = threading.Lock()
 _READ_CHUNK = 65536
 # The reader sleeps on paramiko's buffer events (see _ready_event); _WAKE_S bounds one sleep all the same, so a
 # wake-up this code does not know of costs at most that. _POLL_S: a channel without those events is polled.
@@ -47,7 +56,6 @@ _POLL_S = 0.02
 _BATCH_SLACK_S = batch.KILL_GRACE_S + 5
 
 
-_GLOBAL_KNOWN_HOSTS = Path("/etc/ssh/ssh_known_hosts")
 _KEEPALIVE_S = 15
 # paramiko's transport thread wakes every 0.1 s on an idle connection (its socket timeout) to check for close and
 # keepalive: 64+ connections waking 10 times a second cost ~10 ms of controller CPU per node. Once
@@ -59,280 +67,6 @@ def _settle(transport: paramiko.Transport) -> None:
     """A connected transport's steady state: keepalive on, and its reader thread woken once a second, not ten."""
     transport.set_keepalive(_KEEPALIVE_S)
     transport.sock.settimeout(_IDLE_CHECK_S)
-
-
-def _user_known_hosts(configured: Optional[Path]) -> Path:
-    """The known_hosts file a connection checks and learns into: the inventory's, else OpenSSH's own default."""
-    return configured if configured is not None else Path(os.path.expanduser("~/.ssh/known_hosts"))
-
-
-class _KnownHostsWriteError(Exception):
-    """A learned host key could not be recorded on disk (so it is not accepted either)."""
-
-
-class _KnownHostsFiles:
-    """Parsed known_hosts files shared by every connection of the process, and the one writer of learned keys.
-
-    Parsing once per file rather than per connection: paramiko's ``HostKeys.load`` de-duplicates as it goes
-    (quadratic, 78 ms for 1,000 lines, measured), and a 1,000-node run would pay that for every node. A file is
-    re-read when it changed on disk (inode, size, mtime); keys this process appends are added to the parsed copy.
-    """
-
-    def __init__(self) -> None:
-        self._parsed: dict[Path, tuple[Optional[tuple[int, int, int]], list[paramiko.hostkeys.HostKeyEntry]]] = {}
-
-    @staticmethod
-    def _stat(path: Path) -> Optional[tuple[int, int, int]]:
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            return None
-        return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-    def _entries(self, path: Path) -> list[paramiko.hostkeys.HostKeyEntry]:
-        """Call with _KNOWN_HOSTS_LOCK held."""
-        stamp = self._stat(path)
-        cached = self._parsed.get(path)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        entries: list[paramiko.hostkeys.HostKeyEntry] = []
-        if stamp is not None:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                for lineno, line in enumerate(handle, 1):
-                    line = line.strip()
-                    if not line or line.startswith("#"):
-                        continue
-                    try:
-                        entry = paramiko.hostkeys.HostKeyEntry.from_line(line, lineno)
-                    except Exception:  # noqa: BLE001, S112 - like OpenSSH, a line we cannot read is skipped, not fatal
-                        continue
-                    if entry is not None:
-                        entries.append(entry)
-        self._parsed[path] = (stamp, entries)
-        return entries
-
-    def host_keys(self, path: Path) -> paramiko.HostKeys:
-        """A HostKeys of the file's entries for one client (its own list: the client may add to it)."""
-        keys = paramiko.HostKeys()
-        with _KNOWN_HOSTS_LOCK:
-            keys._entries = list(self._entries(path))  # noqa: SLF001 - HostKeys.add per entry is quadratic
-        return keys
-
-    def learn(self, path: Path, hostname: str, key: paramiko.PKey) -> None:
-        """Append ``hostname``'s new key to ``path`` (OpenSSH's plain format), once, whichever thread comes first.
-
-        ``hostname`` is paramiko's lookup name: ``host`` on port 22, ``[host]:port`` otherwise, as OpenSSH writes.
-        Another thread (or a jump host shared by many nodes) may have learned the host meanwhile: the same key is
-        not written twice, and a different key for it is refused as a changed key.
-        """
-        with _KNOWN_HOSTS_LOCK:
-            try:
-                entries = self._entries(path)
-            except OSError as exc:
-                raise _KnownHostsWriteError(f"cannot read {path}: {exc.strerror or exc}") from None
-            for entry in entries:
-                if hostname in entry.hostnames or _hashed_match(entry.hostnames, hostname):
-                    if entry.key.get_name() == key.get_name():
-                        if entry.key == key:
-                            return
-                        raise paramiko.BadHostKeyException(hostname, key, entry.key)
-            try:
-                _append_line(path, f"{hostname} {key.get_name()} {key.get_base64()}\n")
-            except OSError as exc:
-                raise _KnownHostsWriteError(f"cannot write {path}: {exc.strerror or exc}") from None
-            entries.append(paramiko.hostkeys.HostKeyEntry([hostname], key))
-            self._parsed[path] = (self._stat(path), entries)
-
-
-def _hashed_match(hostnames: list[str], hostname: str) -> bool:
-    return any(name.startswith("|1|") and paramiko.HostKeys.hash_host(hostname, name) == name for name in hostnames)
-
-
-def _append_line(path: Path, line: str) -> None:
-    """Append one line under an exclusive flock (another nvdeploy, or ssh itself, may write the file too).
-
-    A missing folder is created 0700 and a missing file 0600, as OpenSSH does for ~/.ssh/known_hosts.
-    """
-    if not path.parent.is_dir():
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        size = os.fstat(fd).st_size
-        prefix = ""
-        if size and os.pread(fd, 1, size - 1) != b"\n":
-            prefix = "\n"  # a last line without its newline would swallow ours
-        os.write(fd, (prefix + line).encode("ascii"))
-    finally:
-        os.close(fd)
-
-
-_KNOWN_HOSTS = _KnownHostsFiles()
-
-
-class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
-    """OpenSSH's ``StrictHostKeyChecking=accept-new``: learn unknown keys, never accept a changed one.
-
-    A learned key is written to the known_hosts file before it is trusted, never kept only in memory: otherwise
-    every later run would trust whatever key it first meets again.
-    """
-
-    def __init__(self, known_hosts: Path) -> None:
-        self.known_hosts = known_hosts
-
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        _KNOWN_HOSTS.learn(self.known_hosts, hostname, key)
-        client.get_host_keys().add(hostname, key.get_name(), key)
-
-
-class _ConnectExpired(Exception):
-    """The overall connect budget ran out."""
-
-
-class _ConnectBudget:
-    """One deadline for the whole connect (DNS, TCP, banner, key exchange, auth, jump host and its channel).
-
-    paramiko bounds each stage on its own (and its banner wait accepts up to 100 pre-banner lines, 2 s apart), so
-    the stages could add up to many times connect_timeout. At the deadline a timer closes every socket,
-    transport and channel still connecting, which makes whichever wait is running return at once.
-    """
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.deadline = time.monotonic() + seconds
-        self.expired = False
-        self.cancelled = False
-        self._done = False
-        self._watched: list[Any] = []
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def remaining(self) -> float:
-        left = self.deadline - time.monotonic()
-        if left <= 0 or self.expired:
-            raise _ConnectExpired()
-        return left
-
-    def watch(self, thing: Any) -> Any:
-        """Close ``thing`` (socket, SSHClient, Channel) if the deadline passes before finish()."""
-        with self._lock:
-            if not self.expired:
-                self._watched.append(thing)
-                return thing
-        _force_close(thing)
-        raise _ConnectExpired()
-
-    def _expire(self, cancelled: bool = False) -> None:
-        with self._lock:
-            if self._done or self.expired:
-                return
-            self.expired = True
-            self.cancelled = cancelled
-            things = list(self._watched)
-        for thing in reversed(things):
-            _force_close(thing)
-
-    def finish(self) -> bool:
-        """Stop the timer; True when the connect beat the deadline (nothing was closed under it)."""
-        self._timer.cancel()
-        with self._lock:
-            self._done = True
-            return not self.expired
-
-    def abort(self) -> None:
-        """After a failure: close everything still open, whatever the deadline."""
-        self.finish()
-        for thing in reversed(self._watched):
-            _force_close(thing)
-
-    def cancel(self) -> None:
-        """From another thread (the run was interrupted): end a connect still under way as the deadline would,
-        at once; a connect already finished is left alone."""
-        self._timer.cancel()
-        self._expire(cancelled=True)
-
-
-def _force_close(thing: Any) -> None:
-    try:
-        if isinstance(thing, socket.socket):
-            with contextlib.suppress(OSError):
-                thing.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked on it; close() alone does not
-            thing.close()
-        elif isinstance(thing, paramiko.SSHClient):
-            transport = thing.get_transport()
-            if transport is not None:
-                transport.close()
-        else:
-            thing.close()
-    except Exception:  # noqa: BLE001 - closing is best effort
-        pass
-
-
-def _open_socket(host: str, port: int, budget: _ConnectBudget) -> socket.socket:
-    """TCP connect within the budget (name resolution included); TCP_NODELAY on."""
-    infos = _resolve(host, port, budget)
-    error: Optional[OSError] = None
-    for family, kind, proto, _, address in infos:
-        sock = budget.watch(socket.socket(family, kind, proto))
-        try:
-            sock.settimeout(budget.remaining())
-            sock.connect(address)
-        except OSError as exc:
-            sock.close()
-            if isinstance(exc, socket.timeout) or budget.expired:
-                raise
-            error = exc
-            continue
-        # paramiko leaves Nagle on: with delayed ACKs every command round trip cost ~40 ms more.
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock
-    raise error if error is not None else OSError(f"no address for {host}")
-
-
-def _resolve(host: str, port: int, budget: _ConnectBudget) -> list[Any]:
-    """getaddrinfo, bounded: the resolver's own timeouts (resolv.conf) can exceed connect_timeout."""
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        pass
-    else:
-        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    answer: list[Any] = []
-    failure: list[BaseException] = []
-
-    def lookup() -> None:
-        try:
-            answer.extend(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            failure.append(exc)
-
-    worker = threading.Thread(target=lookup, name=f"resolve {host}", daemon=True)
-    worker.start()
-    worker.join(budget.remaining())
-    if worker.is_alive():
-        raise _ConnectExpired()
-    if failure:
-        raise failure[0]
-    return answer
-
-
-def _parse_jump(spec: str) -> tuple[Optional[str], str, int]:
-    """``[user@]host[:port]`` of ``ssh_jump``."""
-    user: Optional[str] = None
-    host = spec.strip()
-    if "@" in host:
-        user, host = host.rsplit("@", 1)
-    port = 22
-    if host.count(":") == 1:
-        host, port_text = host.split(":")
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise TransportError(ErrorReason.UNREACHABLE, f"ssh_jump {spec!r}: bad port {port_text!r}")
-        port = int(port_text)
-    if not host or user == "":
-        raise TransportError(ErrorReason.UNREACHABLE, f"ssh_jump {spec!r} is not [user@]host[:port]")
-    return user, host, port
 
 
 class SSHTransport(Transport):
@@ -364,7 +98,7 @@ class SSHTransport(Transport):
         self._sudo_password = sudo_password
         self._conn: Optional[Connection] = None
         self._jump_conn: Optional[Connection] = None
-        self._budget: Optional[_ConnectBudget] = None  # the connect under way (or done), for close() to cancel
+        self._budget: Optional[ConnectBudget] = None  # the connect under way (or done), for close() to cancel
         self._channels: set[paramiko.Channel] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -372,7 +106,7 @@ class SSHTransport(Transport):
     def __repr__(self) -> str:  # never show the password
         return f"SSHTransport({self.user or ''}@{self.address}:{self.port})"
 
-    def _connection(self, host: str, user: Optional[str], port: int, sock: Any, budget: _ConnectBudget) -> Connection:
+    def _connection(self, host: str, user: Optional[str], port: int, sock: Any, budget: ConnectBudget) -> Connection:
         """A fabric Connection over an already connected ``sock`` (TCP socket, or a jump host's channel)."""
         # paramiko's own per-stage timers are a backstop a second behind the budget's, which ends the connect
         # and names the stage it was in. Not fabric's connect_timeout: it truncates to int (0.9 s -> no timeout).
@@ -397,17 +131,17 @@ class SSHTransport(Transport):
         budget.watch(client)
         # Like OpenSSH: the inventory's ssh_known_hosts, else ~/.ssh/known_hosts plus the system-wide file; an
         # unknown key is refused unless --accept-new-host-keys, which records it in that same file.
-        known_hosts = _user_known_hosts(self.known_hosts)
+        known_hosts = user_known_hosts(self.known_hosts)
         try:
-            client._host_keys = _KNOWN_HOSTS.host_keys(known_hosts)  # noqa: SLF001 - shared parse (see class)
-            if self.known_hosts is None and _GLOBAL_KNOWN_HOSTS.is_file():
-                client._system_host_keys = _KNOWN_HOSTS.host_keys(_GLOBAL_KNOWN_HOSTS)  # noqa: SLF001
+            client._host_keys = KNOWN_HOSTS.host_keys(known_hosts)  # noqa: SLF001 - shared parse (see class)
+            if self.known_hosts is None and GLOBAL_KNOWN_HOSTS.is_file():
+                client._system_host_keys = KNOWN_HOSTS.host_keys(GLOBAL_KNOWN_HOSTS)  # noqa: SLF001
         except OSError as exc:
             raise TransportError(ErrorReason.HOST_KEY, f"cannot read known_hosts file {exc.filename or known_hosts}: "
                                  f"{exc.strerror or exc}") from None
         client._host_keys_filename = None  # noqa: SLF001 - paramiko must never rewrite the file; we append
         policy: paramiko.MissingHostKeyPolicy = (
-            _AcceptNewPolicy(known_hosts) if self.accept_new_host_keys else paramiko.RejectPolicy()
+            AcceptNewPolicy(known_hosts) if self.accept_new_host_keys else paramiko.RejectPolicy()
         )
         client.set_missing_host_key_policy(policy)
         return conn
@@ -416,7 +150,7 @@ class SSHTransport(Transport):
         """Connect (through ``ssh_jump`` when set) within connect_timeout overall, or raise TransportError."""
         if self._closed:
             raise TransportError(ErrorReason.INTERRUPTED, "not connected: run interrupted")
-        budget = self._budget = _ConnectBudget(self.connect_timeout_s)
+        budget = self._budget = ConnectBudget(self.connect_timeout_s)
         if self._closed:  # close() ran before the budget was set: it could not cancel it
             budget.cancel()
         jump: Optional[tuple[str, int]] = None
@@ -424,10 +158,10 @@ class SSHTransport(Transport):
         try:
             sock: Any
             if self.jump:
-                jump_user, jump_host, jump_port = _parse_jump(self.jump)
+                jump_user, jump_host, jump_port = parse_jump(self.jump)
                 jump = (jump_host, jump_port)
                 failing = "jump"
-                jump_sock = _open_socket(jump_host, jump_port, budget)
+                jump_sock = open_socket(jump_host, jump_port, budget)
                 self._jump_conn = self._connection(jump_host, jump_user or self.user, jump_port, jump_sock, budget)
                 self._jump_conn.open()
                 jump_transport = self._jump_conn.client.get_transport()
@@ -440,7 +174,7 @@ class SSHTransport(Transport):
                     "direct-tcpip", (self.address, self.port), ("", 0), timeout=budget.remaining()))
                 failing = "target"
             else:
-                sock = _open_socket(self.address, self.port, budget)
+                sock = open_socket(self.address, self.port, budget)
             self._conn = self._connection(self.address, self.user, self.port, sock, budget)
             self._conn.open()
             transport = self._conn.client.get_transport()
@@ -448,7 +182,7 @@ class SSHTransport(Transport):
                 raise EOFError("SSH transport did not come up")
             _settle(transport)
             if not budget.finish():
-                raise _ConnectExpired()
+                raise ConnectExpired()
         except Exception as exc:  # noqa: BLE001 - every connect failure becomes a node-level ERROR
             budget.abort()
             self.close()
@@ -458,20 +192,21 @@ class SSHTransport(Transport):
                 raise TransportError(ErrorReason.INTERRUPTED, "connect cancelled: run interrupted") from None
             raise self._connect_error(exc, budget, failing, jump) from None
 
-    def _connect_error(self, exc: BaseException, budget: _ConnectBudget, failing: str,
+    def _connect_error(self, exc: BaseException, budget: ConnectBudget, failing: str,
                        jump: Optional[tuple[str, int]]) -> TransportError:
         timeout = self.connect_timeout_s
         target = f"{self.address}:{self.port}"
-        expired = budget.expired or isinstance(exc, _ConnectExpired) or (
+        expired = budget.expired or isinstance(exc, ConnectExpired) or (
             isinstance(exc, paramiko.SSHException) and "Timeout opening channel" in str(exc))
         if jump is None:
             if expired:
-                return TransportError(ErrorReason.UNREACHABLE, _expiry_detail(self._conn, target, timeout))
-            return _classify(exc, self.address, self.port, timeout, _user_known_hosts(self.known_hosts))
+                return TransportError(ErrorReason.UNREACHABLE, expiry_detail(self._conn, target, timeout))
+            return classify_connect_error(exc, self.address, self.port, timeout, user_known_hosts(self.known_hosts))
         via = f"{jump[0]}:{jump[1]}"
         if failing == "jump":
-            inner = (TransportError(ErrorReason.UNREACHABLE, _expiry_detail(self._jump_conn, via, timeout))
-                     if expired else _classify(exc, jump[0], jump[1], timeout, _user_known_hosts(self.known_hosts)))
+            inner = (TransportError(ErrorReason.UNREACHABLE, expiry_detail(self._jump_conn, via, timeout))
+                     if expired else classify_connect_error(exc, jump[0], jump[1], timeout,
+                                                            user_known_hosts(self.known_hosts)))
             return TransportError(inner.reason, f"cannot reach {target} through jump host {via}: {inner.detail}")
         if failing == "channel":
             if expired:
@@ -481,8 +216,9 @@ class SSHTransport(Transport):
             else:
                 detail = f"jump host {via} dropped the connection while opening one to {target}: {exc}"
             return TransportError(ErrorReason.UNREACHABLE, detail)
-        inner = (TransportError(ErrorReason.UNREACHABLE, _expiry_detail(self._conn, target, timeout))
-                 if expired else _classify(exc, self.address, self.port, timeout, _user_known_hosts(self.known_hosts)))
+        inner = (TransportError(ErrorReason.UNREACHABLE, expiry_detail(self._conn, target, timeout))
+                 if expired else classify_connect_error(exc, self.address, self.port, timeout,
+                                                        user_known_hosts(self.known_hosts)))
         return TransportError(inner.reason, f"{inner.detail} (through jump host {via})")
 
     def run_batch(self, commands: Sequence[CommandSpec], deadline_s: Optional[float] = None) -> list[CommandResult]:
@@ -701,46 +437,3 @@ def _quote(text: str) -> str:
     return shlex.quote(text)
 
 
-def _expiry_detail(conn: Optional[Connection], where: str, timeout_s: float) -> str:
-    """What the connect to ``where`` was still waiting for when the overall budget ran out."""
-    if conn is None:
-        return f"connect to {where} timed out after {timeout_s:g} s"
-    transport = conn.client.get_transport()
-    if transport is None or not transport.remote_version:
-        return f"no SSH banner from {where} within {timeout_s:g} s"
-    return f"SSH key exchange or authentication with {where} did not complete within {timeout_s:g} s"
-
-
-def _classify(exc: BaseException, address: str, port: int, timeout_s: float,
-              known_hosts: Optional[Path] = None) -> TransportError:
-    where = f"{address}:{port}"
-    if isinstance(exc, paramiko.BadHostKeyException):
-        return TransportError(ErrorReason.HOST_KEY, f"HOST KEY CHANGED for {where}: the node presented "
-                              f"{exc.key.get_name()} {exc.key.get_fingerprint().hex()} but known_hosts has another "
-                              "key (reimaged node or man-in-the-middle); no command was run")
-    if isinstance(exc, _KnownHostsWriteError):
-        return TransportError(ErrorReason.HOST_KEY, f"new host key of {where} not accepted: it could not be recorded "
-                              f"({exc})")
-    if isinstance(exc, paramiko.AuthenticationException):
-        return TransportError(ErrorReason.AUTH, f"authentication to {where} failed: {exc}")
-    message = str(exc)
-    if isinstance(exc, paramiko.SSHException) and "known_hosts" in message:
-        return TransportError(ErrorReason.HOST_KEY, f"host key of {where} is not in {known_hosts or 'known_hosts'}; "
-                              "add it (ssh-keyscan and verify) or rerun with --accept-new-host-keys")
-    if isinstance(exc, (socket.timeout, TimeoutError)):
-        return TransportError(ErrorReason.UNREACHABLE, f"connect to {where} timed out after {timeout_s:g} s")
-    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
-        return TransportError(ErrorReason.UNREACHABLE, f"connection to {where} refused")
-    if isinstance(exc, ConnectionRefusedError):
-        return TransportError(ErrorReason.UNREACHABLE, f"connection to {where} refused")
-    if isinstance(exc, paramiko.SSHException) and "banner" in message.lower():
-        return TransportError(ErrorReason.UNREACHABLE, f"no SSH banner from {where} within {timeout_s:g} s")
-    if isinstance(exc, paramiko.SSHException) and "No existing session" in message:
-        # start_client gave up at the connect timeout before the banner timer fired: the same silent server.
-        return TransportError(ErrorReason.UNREACHABLE, f"no SSH banner or key exchange from {where} within "
-                              f"{timeout_s:g} s")
-    if isinstance(exc, socket.gaierror):
-        return TransportError(ErrorReason.UNREACHABLE, f"cannot resolve {address}: {exc.strerror}")
-    if isinstance(exc, OSError):
-        return TransportError(ErrorReason.UNREACHABLE, f"cannot connect to {where}: {exc.strerror or exc}")
-    return TransportError(ErrorReason.UNREACHABLE, f"cannot connect to {where}: {type(exc).__name__}: {exc}")

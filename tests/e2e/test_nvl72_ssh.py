@@ -3,22 +3,13 @@ domain findings are the same as the same trays give in-process."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
-from nvdeploy.config.inventory import load_inventory
 from nvdeploy.config.levels import load_levels
-from nvdeploy.config.profiles import ProfileCatalog
-from nvdeploy.phases.validate import run_validate
 from nvdeploy.results import Verdict
 from nvdeploy.runner.engine import EngineOptions
-from nvdeploy.sim.scenario import NodeScenario
 
-CATALOG = ProfileCatalog()
 QUICK = EngineOptions(checks=load_levels()["quick"])
-PROFILE = CATALOG.get("gb200-nvl72")
 MINE = ("nvlink.fabric", "gpu.recovery_action", "nvlink.domain")
 TRAYS = {"tray01": (), "tray02": ("fabric_incomplete",), "tray03": ("domain_split", "recovery_reset"),
          "tray04": ("fabric_unhealthy",)}
@@ -33,19 +24,8 @@ def comparable(outcome):
     return nodes, cluster
 
 
-def test_a_small_rack_over_ssh_gives_the_same_domain_findings_as_in_process(ssh_cluster_factory, tmp_path: Path):
-    cluster = ssh_cluster_factory([(name, NodeScenario(name, PROFILE, faults, cluster="nvl", rack="r1").to_json())
-                                   for name, faults in TRAYS.items()])
-    text = cluster.inventory_yaml(profile="gb200-nvl72", extra_host_vars={n: {"rack": "r1"} for n in TRAYS},
-                                  command_timeout=120)
-    (tmp_path / "ssh").mkdir()
-    ssh_path = tmp_path / "ssh" / "nvl.yaml"
-    ssh_path.write_text(text)
-    over_ssh = run_validate(load_inventory(ssh_path, CATALOG), CATALOG, QUICK, tmp_path / "ssh" / "r")
-    sim_path = tmp_path / "nvl.yaml"
-    sim_path.write_text("all:\n  vars: {connection: sim, profile: gb200-nvl72, cluster: nvl, rack: r1}\n  hosts:\n"
-                        + "".join(f"    {n}: {{sim_faults: {json.dumps(list(f))}}}\n" for n, f in TRAYS.items()))
-    in_process = run_validate(load_inventory(sim_path, CATALOG), CATALOG, QUICK, tmp_path / "r")
+def test_a_small_rack_over_ssh_gives_the_same_domain_findings_as_in_process(validate_trays_both_ways):
+    over_ssh, in_process = validate_trays_both_ways(TRAYS, QUICK)
     assert comparable(over_ssh) == comparable(in_process)
     nodes, domains = comparable(over_ssh)
     assert {(n, c, v) for n, c, v, _, _ in nodes if v != "PASS"} == {

@@ -21,13 +21,13 @@ def node(tmp_path: Path):
     install_fake_tools(tmp_path / "bin")
     (tmp_path / "lock").mkdir()
 
-    def check(*faults: str, args: tuple = ()) -> subprocess.CompletedProcess:
+    def check(*faults: str, args: tuple = (), profile: str = "h100-sxm-8x") -> subprocess.CompletedProcess:
         scenario = tmp_path / "scenario.json"
-        scenario.write_text(NodeScenario("gpu7", ProfileCatalog().get("h100-sxm-8x"), faults).to_json())
+        scenario.write_text(NodeScenario("gpu7", ProfileCatalog().get(profile), faults).to_json())
         env = dict(os.environ, PATH=f"{tmp_path}/bin:/usr/bin:/bin", NVD_SCENARIO_FILE=str(scenario),
                    NVDEPLOY_LOCK_DIR=str(tmp_path / "lock"), SLURM_CONF=str(tmp_path / "no-slurm.conf"))
         env.pop("SLURMD_NODENAME", None)
-        return subprocess.run([sys.executable, "-m", "nvdeploy", "node-check", "--profile", "h100-sxm-8x",
+        return subprocess.run([sys.executable, "-m", "nvdeploy", "node-check", "--profile", profile,
                                "--node", "gpu7", "--timeout", "30", *args], env=env, capture_output=True, text=True,
                               timeout=120)
 
@@ -126,3 +126,33 @@ def test_confirm_from_the_environment_and_settle_after_boot(node, monkeypatch) -
     monkeypatch.setenv("NVDEPLOY_CONFIRM", "0")
     bad = node(args=("--drain",))
     assert bad.returncode == 2 and "$NVDEPLOY_CONFIRM='0' is not a whole number of at least 1" in bad.stderr, bad.stderr
+
+
+def test_a_healthy_nvl72_tray_passes(node) -> None:
+    done = node(profile="gb200-nvl72")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("nvdeploy node-check gpu7: PASS ("), done.stdout
+
+
+def test_a_tray_the_driver_asks_to_reset_is_named_and_drains_only_on_the_second_fail(node, tmp_path: Path) -> None:
+    first = node("recovery_reset", args=("--drain", "--slurm-timeout", "2"), profile="gb200-nvl72")
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert first.stdout.startswith("nvdeploy node-check gpu7: FAIL gpu.recovery_action"), first.stdout
+    assert first.stdout.rstrip().endswith("; FAIL seen 1 of 2 times: not drained yet"), first.stdout
+    second = node("recovery_reset", args=("--drain", "--slurm-timeout", "2"), profile="gb200-nvl72")
+    assert "not drained yet" not in second.stdout and "; slurm: " in second.stdout, second.stdout
+
+
+def test_a_tray_whose_fabric_registration_is_in_progress_is_named(node) -> None:
+    done = node("fabric_incomplete", profile="gb200-nvl72")
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.stdout.startswith("nvdeploy node-check gpu7: ERROR nvlink.fabric"), done.stdout
+
+
+def test_an_h100_node_gets_no_nvlink_domain_or_imex_finding(node, tmp_path: Path) -> None:
+    """The tray checks SKIP off an NVLink domain: an IMEX fault on an H100 does not reach the line or the counts."""
+    done = node("imex_down", args=("--drain",))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "imex" not in done.stdout and "fabric" not in done.stdout, done.stdout
+    state = (tmp_path / "lock" / "node-check.state.json").read_text()
+    assert "imex" not in state and "nvlink.fabric" not in state and "recovery" not in state, state

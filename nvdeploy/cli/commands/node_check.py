@@ -29,8 +29,11 @@ NODE_CHECKS = ("driver.loaded", "driver.version", "gpu.count", "gpu.model", "gpu
                "gpu.persistence", "gpu.mig", "memory.ecc_mode", "memory.ecc_errors", "memory.remapped_rows",
                "memory.retired_pages", "kmsg.xid", "kmsg.sxid", "pcie.link", "nvlink.links", "nvlink.topology",
                "fabric.manager", "fabric.nvlsm", "clocks.throttle", "clocks.temperature", "clocks.power_limit",
-               # NVLink domain trays only (no finding elsewhere): without IMEX no multi-node NVLink job starts.
-               "imex.daemon")
+               # NVLink domain trays only (SKIP elsewhere), all read from the nvidia-smi -q -x the batch runs anyway:
+               # a tray whose GPUs did not register with the fabric, or that the driver asks to reset or reboot,
+               # fails the jobs Slurm would start on it; without IMEX no multi-node NVLink job starts. Not
+               # nvlink.domain or imex.domain: they compare trays in the cluster stage, which one node cannot.
+               "nvlink.fabric", "gpu.recovery_action", "imex.daemon")
 # Seconds each tool may take. The tools run side by side in one batch, so this bounds the whole check; a loaded
 # node's nvidia-smi was measured at 13 s, and slurmd gives its HealthCheckProgram 60 s.
 DEFAULT_TIMEOUT_S = 30.0

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
+from nvdeploy.testing.errors import HarnessError
+from nvdeploy.testing.login_user import TEST_USER, ensure_test_user
+from nvdeploy.testing.procs import pid_alive, reap_workdir
 from nvdeploy.testing.sshd import (
     BASE_PATH,
     MAX_LISTEN_PER_SSHD,
     SSHD,
-    TEST_USER,
     FakeNode,
-    HarnessError,
     SshCluster,
-    ensure_test_user,
     free_port,
     iter_cluster_processes,
     node_address,
-    pid_alive,
-    reap_workdir,
     sshd_available,
 )
 

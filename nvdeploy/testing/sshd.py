@@ -31,43 +31,54 @@ node's listener whose file descriptors hold a TCP socket whose local address is 
 the sshd processes of those sessions (as in recipe H4: TCP stays up, SSH goes silent, the remote command itself
 keeps running); ``kill_sessions`` SIGKILLs the sshd processes and the commands. Neither affects connections made
 afterwards: the listener is shared by up to 16 nodes, so new connections to a frozen node still succeed.
+
+The /proc helpers, the reaper and the watchdog's script are in procs.py; the login user in login_user.py; the
+interpreter and package copy the fake tools run with in pylib.py.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
-import importlib
 import os
 import re
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from nvdeploy.testing.errors import HarnessError
+from nvdeploy.testing.login_user import ensure_test_user
+from nvdeploy.testing.procs import (
+    CLUSTER_MARKER,
+    children_map,
+    comm,
+    descendants,
+    hex_address,
+    pid_alive,
+    proc_table,
+    reap_workdir,
+    send_signal,
+    socket_inodes,
+    tcp_sockets,
+    wait_gone,
+)
+from nvdeploy.testing.pylib import check_traversable, copy_pylib, fake_tool_installer, python_for
+
 SSHD = Path("/usr/sbin/sshd")
 SSH_KEYGEN = "ssh-keygen"
-TEST_USER = "nvdtest"
-TEST_USER_HOME = Path("/var/lib/nvdtest")
 MAX_LISTEN_PER_SSHD = 16
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
 _NODE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")
-_MARKER = ".nvd-sshd-cluster"
-_USER_LOCK = Path(tempfile.gettempdir()) / "nvdtest-user.lock"
 
-
-class HarnessError(RuntimeError):
-    """The SSH test harness could not be set up or torn down."""
 
 
 @dataclass(frozen=True)
@@ -100,331 +111,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _run(args: Sequence[str], what: str) -> None:
-    proc = subprocess.run(list(args), stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise HarnessError(f"{what} failed (rc {proc.returncode}): {(proc.stderr or proc.stdout).strip()}")
-
-
-def _shadow_field(user: str) -> str | None:
-    try:
-        with open("/etc/shadow", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                parts = line.split(":")
-                if parts[0] == user and len(parts) > 1:
-                    return parts[1]
-    except OSError:
-        return None
-    return None
-
-
-def ensure_test_user(name: str = TEST_USER, home: Path = TEST_USER_HOME) -> str:
-    """Return the login user for fake nodes, creating ``name`` first if running as root.
-
-    As root: create (once; safe against concurrent callers through a lock file) a user with ``/bin/sh`` as login
-    shell, an empty home folder and password field ``*`` (not locked, no password). Not root: the current user,
-    whose shell start-up files then run on every command.
-    """
-    import pwd
-
-    if os.geteuid() != 0:
-        return pwd.getpwuid(os.geteuid()).pw_name
-    with open(_USER_LOCK, "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            try:
-                entry = pwd.getpwnam(name)
-            except KeyError:
-                useradd = shutil.which("useradd") or "/usr/sbin/useradd"
-                _run([useradd, "-M", "-s", "/bin/sh", "-d", str(home), "-p", "*", name], f"useradd {name}")
-                entry = pwd.getpwnam(name)
-            if (_shadow_field(name) or "").startswith("!"):
-                usermod = shutil.which("usermod") or "/usr/sbin/usermod"
-                _run([usermod, "-p", "*", name], f"usermod -p '*' {name}")
-            pw_home = Path(entry.pw_dir)
-            if not pw_home.is_dir():
-                pw_home.mkdir(mode=0o755, parents=True, exist_ok=True)
-                pw_home.chmod(0o755)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-    return name
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# /proc helpers (Linux only)
-
-
-def _proc_table() -> dict[int, tuple[int, str]]:
-    """pid -> (ppid, state) for every process visible now."""
-    table: dict[int, tuple[int, str]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as handle:
-                data = handle.read()
-        except OSError:
-            continue
-        rest = data[data.rfind(b")") + 2 :].split()
-        if len(rest) >= 2:
-            table[int(entry.name)] = (int(rest[1]), rest[0].decode())
-    return table
-
-
-def _comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-
-
-def pid_alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie (a zombie has exited and waits only to be reaped)."""
-    try:
-        data = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return data[data.rfind(b")") + 2 : data.rfind(b")") + 3] not in (b"Z", b"X")
-
-
-def _children_map(table: dict[int, tuple[int, str]]) -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    return children
-
-
-def _descendants(roots: Iterable[int], table: dict[int, tuple[int, str]] | None = None) -> list[int]:
-    """The roots' descendants (not the roots), parents before children."""
-    children = _children_map(table if table is not None else _proc_table())
-    out: list[int] = []
-    todo = list(roots)
-    while todo:
-        pid = todo.pop(0)
-        for child in children.get(pid, ()):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _signal(pids: Iterable[int], sig: int) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
-
-
-def _hex_address(address: str, port: int) -> str:
-    return f"{struct.unpack('=I', socket.inet_aton(address))[0]:08X}:{port:04X}"
-
-
-def _tcp_sockets() -> list[tuple[str, str, int]]:
-    """(local 'ADDR:PORT' in /proc/net/tcp hex form, state hex, inode) for every IPv4 TCP socket."""
-    out: list[tuple[str, str, int]] = []
-    try:
-        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
-    except OSError:
-        return out
-    for line in lines:
-        fields = line.split()
-        if len(fields) >= 10:
-            out.append((fields[1], fields[3], int(fields[9])))
-    return out
-
-
-def _socket_inodes(pid: int) -> set[int]:
-    inodes: set[int] = set()
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return inodes
-    for fd in fds:
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(int(target[8:-1]))
-    return inodes
-
-
-def _environ_has(pid: int, needles: set[bytes]) -> bool:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return False
-    return any(item in needles for item in raw.split(b"\0"))
-
-
-def _wait_gone(pids: Iterable[int], timeout: float) -> list[int]:
-    pending = list(pids)
-    deadline = time.monotonic() + timeout
-    while pending:
-        pending = [pid for pid in pending if pid_alive(pid)]
-        if not pending or time.monotonic() > deadline:
-            break
-        time.sleep(0.01)
-    return pending
-
-
-def reap_workdir(workdir: Path, remove: bool | None = None) -> list[int]:
-    """Kill everything a cluster rooted at ``workdir`` started; return PIDs still alive afterwards.
-
-    Works from files alone (PidFiles, the scenario file list), so a watchdog or a later session can run it.
-    ``remove``: delete ``workdir`` afterwards; by default only when the harness created it (marker file).
-    """
-    workdir = Path(workdir)
-    listeners: list[int] = []
-    for pidfile in sorted(workdir.glob("sshd-*/sshd.pid")):
-        try:
-            pid = int(pidfile.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-        config = str(pidfile.parent / "sshd_config")
-        if pid > 1 and config in " ".join(_cmdline(pid)):  # the listener rewrites its title but keeps argv in it
-            listeners.append(pid)
-    needles = {f"NVD_SCENARIO_FILE={path}".encode() for path in workdir.glob("nodes/*/scenario.json")}
-    # Stop the listeners so they accept and fork nothing new, then kill every descendant, twice in case a
-    # session forked between the scan and the kill, then the listeners, then strays found by environment.
-    _signal(listeners, signal.SIGSTOP)
-    victims: set[int] = set()
-    for _ in range(2):
-        table = _proc_table()
-        found = [pid for pid in _descendants(listeners, table) if pid not in victims]
-        _signal(found, signal.SIGSTOP)
-        _signal(found, signal.SIGKILL)
-        victims.update(found)
-    _signal(listeners, signal.SIGKILL)
-    victims.update(listeners)
-    if needles:
-        me = os.getpid()
-        strays = [pid for pid in _proc_table() if pid != me and pid not in victims and _environ_has(pid, needles)]
-        _signal(strays, signal.SIGKILL)
-        victims.update(strays)
-    left = _wait_gone(victims, 5.0)
-    if remove is None:
-        remove = (workdir / _MARKER).exists()
-    if remove and not left:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return left
-
-
-def _watchdog_main(workdir: str) -> None:
-    """Run by the watchdog process: wait for the parent to go away, then clean up unless told it already did."""
-    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *_: None)
-    try:
-        told = sys.stdin.buffer.read()
-    except Exception:  # noqa: BLE001 - any failure means the parent is gone
-        told = b""
-    if b"done" not in told:
-        reap_workdir(Path(workdir))
-
-
-def _python_for(user: str) -> str:
-    """An interpreter ``user`` can execute: ours if every folder on its path is world-searchable, else python3."""
-    import pwd
-
-    if pwd.getpwuid(os.geteuid()).pw_name == user:
-        return sys.executable
-    ok = True
-    for path in {Path(sys.executable), Path(os.path.realpath(sys.executable))}:
-        for parent in path.parents:
-            try:
-                if not parent.stat().st_mode & 0o001:
-                    ok = False
-            except OSError:
-                ok = False
-    if ok:
-        return sys.executable
-    return shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or sys.executable
-
-
-_PYLIB_TEMPLATES: dict[str, Path] = {}  # tool interpreter -> a compiled copy of nvdeploy, made once per process
-
-
-def _remove_templates() -> None:
-    for template in _PYLIB_TEMPLATES.values():
-        shutil.rmtree(template.parent, ignore_errors=True)
-    _PYLIB_TEMPLATES.clear()
-
-
-def _pylib_template(python: str) -> Path:
-    """A world-readable copy of nvdeploy (with its built-in data), byte-compiled by ``python``; made once per
-    process and interpreter.
-
-    Compiled because the fake tools import nvdeploy from it as the unprivileged test user, who cannot write
-    ``__pycache__`` there: without it every fake tool call compiled the simulator from source (about a third of
-    its CPU). ``copytree`` keeps modification times, so the ``.pyc`` files stay valid in each cluster's copy.
-    """
-    if python in _PYLIB_TEMPLATES:
-        return _PYLIB_TEMPLATES[python]
-    import nvdeploy
-    from nvdeploy.config.builtin import data_dir
-
-    if not _PYLIB_TEMPLATES:
-        atexit.register(_remove_templates)
-    pylib = Path(tempfile.mkdtemp(prefix="nvd-pylib-")) / "pylib"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "_data")
-    shutil.copytree(Path(nvdeploy.__file__).parent, pylib / "nvdeploy", ignore=ignore)
-    shutil.copytree(data_dir("checks"), pylib / "nvdeploy" / "_data" / "checks", ignore=ignore)
-    # The simulator's own dependencies (PyYAML for scenarios, ClusterShell for host ranges), for a node python
-    # that lacks them: pure-Python packages, copied from this interpreter's.
-    for name in ("yaml", "ClusterShell"):
-        probe = subprocess.run([python, "-c", f"import {name}"], capture_output=True, timeout=30)
-        if probe.returncode != 0:
-            module = importlib.import_module(name)
-            shutil.copytree(Path(module.__file__).parent, pylib / name, ignore=shutil.ignore_patterns("__pycache__"))
-    # Not compiled is only slower: a failure here leaves the sources, which still import.
-    subprocess.run([python, "-m", "compileall", "-q", str(pylib)], stdin=subprocess.DEVNULL,
-                   capture_output=True, timeout=300, check=False)
-    for folder, _dirs, files in os.walk(pylib):
-        os.chmod(folder, 0o755)  # noqa: S103 - the unprivileged test user must read it
-        for name in files:
-            os.chmod(os.path.join(folder, name), 0o644)
-    _PYLIB_TEMPLATES[python] = pylib
-    return pylib
-
-
-def _copy_pylib(workdir: Path, python: str) -> Path:
-    """A world-readable, byte-compiled copy of nvdeploy (with its built-in data) for the fake tools of the test
-    user.
-
-    The checkout or the project's interpreter may sit below a private folder (``/root`` is 0700): the fake
-    tools run as the unprivileged test user, so they import nvdeploy (and PyYAML where that interpreter lacks
-    it) from this copy. Each cluster gets its own copy of :func:`_pylib_template` (its workdir is removed whole).
-    """
-    pylib = workdir / "pylib"
-    shutil.copytree(_pylib_template(python), pylib)
-    pylib.chmod(0o755)
-    return pylib
-
-
-def _fake_tool_installer() -> Any:
-    try:
-        from nvdeploy.sim import fake_tool
-    except ModuleNotFoundError as exc:
-        if exc.name in ("nvdeploy.sim", "nvdeploy.sim.fake_tool"):
-            return None  # not written yet: bin folders stay empty
-        raise
-    return getattr(fake_tool, "install_fake_tools", None)
-
-
-def _check_traversable(path: Path) -> None:
-    for parent in [path, *path.parents]:
-        if not parent.stat().st_mode & 0o001:
-            raise HarnessError(f"{parent} is not searchable by other users (mode {parent.stat().st_mode & 0o777:o});"
-                               " the fake nodes' login user could not reach its files: chmod o+x it or pass no workdir")
 
 
 class SshCluster:
@@ -595,9 +281,9 @@ class SshCluster:
         # A listener whose PidFile was never written (a failed start) is still known by PID.
         left += [pid for pid in self._listeners if pid_alive(pid) and pid not in left]
         if left:
-            _signal(left, signal.SIGCONT)
-            _signal(left, signal.SIGKILL)
-            left = _wait_gone(left, 5.0)
+            send_signal(left, signal.SIGCONT)
+            send_signal(left, signal.SIGKILL)
+            left = wait_gone(left, 5.0)
         if self._watchdog is not None:
             with contextlib.suppress(OSError):
                 assert self._watchdog.stdin is not None
@@ -617,7 +303,7 @@ class SshCluster:
     def _make_workdir(self) -> Path:
         if self._given_workdir is None:
             workdir = Path(tempfile.mkdtemp(prefix="nvd-sshd-", dir="/tmp"))
-            (workdir / _MARKER).write_text("created by nvdeploy.testing.sshd\n")
+            (workdir / CLUSTER_MARKER).write_text("created by nvdeploy.testing.sshd\n")
         else:
             workdir = self._given_workdir
             workdir.mkdir(parents=True, exist_ok=True)
@@ -625,7 +311,7 @@ class SshCluster:
             raise HarnessError(f"workdir {workdir} must not contain spaces, quotes, backslashes or '#'")
         workdir.chmod(0o755)
         if os.geteuid() == 0:  # the login user is someone else and must reach the node folders and keys
-            _check_traversable(workdir)
+            check_traversable(workdir)
         return workdir
 
     def _write_keys(self, workdir: Path) -> None:
@@ -653,15 +339,15 @@ class SshCluster:
         authorized.chmod(0o644)
 
     def _make_nodes(self, workdir: Path) -> None:
-        installer = _fake_tool_installer() if self._install_tools else None
-        python = _python_for(self._user) if installer is not None else sys.executable
+        installer = fake_tool_installer() if self._install_tools else None
+        python = python_for(self._user) if installer is not None else sys.executable
         uid = gid = -1
         if os.geteuid() == 0:
             import pwd
 
             entry = pwd.getpwnam(self._user)
             uid, gid = entry.pw_uid, entry.pw_gid
-        pylib = _copy_pylib(workdir, python) if installer is not None else None
+        pylib = copy_pylib(workdir, python) if installer is not None else None
         nodes_dir = workdir / "nodes"
         nodes_dir.mkdir(mode=0o755)
         nodes_dir.chmod(0o755)
@@ -693,7 +379,8 @@ class SshCluster:
 
     def _start_watchdog(self, workdir: Path) -> None:
         self._watchdog = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(Path(__file__).resolve()), "--watchdog", str(workdir)],
+            [sys.executable, "-I", "-S", str(Path(__file__).resolve().with_name("procs.py")), "--watchdog",
+             str(workdir)],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -713,7 +400,7 @@ class SshCluster:
             if not problem:
                 return
             reap_workdir(workdir, remove=False)
-            _signal([pid for pid in self._listeners if pid_alive(pid)], signal.SIGKILL)
+            send_signal([pid for pid in self._listeners if pid_alive(pid)], signal.SIGKILL)
             self._listeners = []
             for group_dir in workdir.glob("sshd-*"):
                 shutil.rmtree(group_dir, ignore_errors=True)
@@ -763,9 +450,9 @@ class SshCluster:
 
     def _wait_listening(self, port: int, deadline: float) -> str:
         """Wait until the kernel lists a LISTEN socket for every node, then check one real TCP connect per sshd."""
-        wanted = {_hex_address(n.address, port): n for n in self._nodes}
+        wanted = {hex_address(n.address, port): n for n in self._nodes}
         while True:
-            listening = {local for local, state, _ in _tcp_sockets() if state == "0A"}
+            listening = {local for local, state, _ in tcp_sockets() if state == "0A"}
             missing = [n for key, n in wanted.items() if key not in listening]
             if not missing:
                 break
@@ -838,38 +525,38 @@ class SshCluster:
     def session_pids(self, name: str) -> list[int]:
         """PIDs serving connections to ``name`` now: listener children holding its sockets, and their descendants."""
         node = self.node(name)
-        key = _hex_address(node.address, node.port)
-        inodes = {inode for local, state, inode in _tcp_sockets() if local == key and state != "0A"}
+        key = hex_address(node.address, node.port)
+        inodes = {inode for local, state, inode in tcp_sockets() if local == key and state != "0A"}
         if not inodes:
             return []
         listener = self._listeners[self._group_of[name]] if self._group_of[name] < len(self._listeners) else 0
-        table = _proc_table()
-        children = _children_map(table)
-        roots = [pid for pid in children.get(listener, ()) if _socket_inodes(pid) & inodes]
-        return roots + _descendants(roots, table)
+        table = proc_table()
+        children = children_map(table)
+        roots = [pid for pid in children.get(listener, ()) if socket_inodes(pid) & inodes]
+        return roots + descendants(roots, table)
 
     def freeze(self, name: str) -> list[int]:
         """SIGSTOP the sshd processes of every current session of ``name`` (TCP stays up, SSH goes silent)."""
         frozen: list[int] = []
         for _ in range(2):  # a session may fork between the scan and the signal
-            found = [pid for pid in self.session_pids(name) if pid not in frozen and _comm(pid) == "sshd"]
-            _signal(found, signal.SIGSTOP)
+            found = [pid for pid in self.session_pids(name) if pid not in frozen and comm(pid) == "sshd"]
+            send_signal(found, signal.SIGSTOP)
             frozen += found
         return frozen
 
     def thaw(self, name: str) -> list[int]:
         """SIGCONT every process of every current session of ``name``."""
         pids = self.session_pids(name)
-        _signal(pids, signal.SIGCONT)
+        send_signal(pids, signal.SIGCONT)
         return pids
 
     def kill_sessions(self, name: str) -> list[int]:
         """SIGKILL every current session of ``name`` (the sshd processes and the commands they run)."""
         pids = self.session_pids(name)
-        _signal(pids, signal.SIGSTOP)
-        pids += [pid for pid in _descendants(pids) if pid not in pids]
-        _signal(pids, signal.SIGKILL)
-        _signal(pids, signal.SIGCONT)
+        send_signal(pids, signal.SIGSTOP)
+        pids += [pid for pid in descendants(pids) if pid not in pids]
+        send_signal(pids, signal.SIGKILL)
+        send_signal(pids, signal.SIGCONT)
         return pids
 
     def log_text(self) -> str:
@@ -947,14 +634,5 @@ def iter_cluster_processes(cluster: SshCluster) -> Iterator[int]:
     """Every live process of a started cluster: the listeners and all their descendants."""
     listeners = [pid for pid in cluster.listener_pids if pid_alive(pid)]
     yield from listeners
-    yield from _descendants(listeners)
+    yield from descendants(listeners)
 
-
-if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--watchdog":
-        _watchdog_main(sys.argv[2])
-    elif len(sys.argv) == 3 and sys.argv[1] == "--reap":
-        print(reap_workdir(Path(sys.argv[2])))
-    else:
-        print("usage: sshd.py --watchdog WORKDIR | --reap WORKDIR", file=sys.stderr)
-        sys.exit(2)

@@ -338,8 +338,9 @@ def test_not_a_terminal_keeps_json():
 def test_hostile_pieces_are_read_in_linear_work(text: str):
     """Bounded by work, not time: the nesting kept is capped, and a -q line is scanned once."""
     from nvdeploy.parsers import nvidia_smi
+    from nvdeploy.parsers.nvidia_smi import xml_log
 
     facts = nvidia_smi.parse_xml(text)
-    assert all(len(path) <= nvidia_smi._XML_PIECE_DEPTH + 1 for path in nvidia_smi._flatten_xml(
-        nvidia_smi._xml_pieces(text)))
+    assert all(len(path) <= xml_log._XML_PIECE_DEPTH + 1 for path in xml_log._flatten_xml(
+        xml_log._xml_pieces(text)))
     assert isinstance(facts, nvidia_smi.SmiFacts) and isinstance(nvidia_smi.parse_text(text), nvidia_smi.SmiFacts)

@@ -8,7 +8,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nvdeploy.parsers.nvidia_smi import _reads_with_gpus, parse_xml, xml_understood
+from nvdeploy.parsers.nvidia_smi import parse_xml, xml_understood
+from nvdeploy.parsers.nvidia_smi.xml_log import _reads_with_gpus
 
 CAPTURES = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "real").glob("**/*.xml"))
 TEXTS = [p.read_text(errors="replace") for p in CAPTURES]

@@ -9,6 +9,7 @@ below: importing a check module registers nothing, and a module missing from the
 from __future__ import annotations
 
 from nvdeploy.checks import (
+    burnin,
     clocks,
     container,
     cuda,
@@ -54,6 +55,8 @@ CHECK_MODULES = (
     gpu_operator,
     # Read and write throughput of the paths the host vars name (fio, else dd with direct I/O).
     storage,
+    # Burn-in (validate --burn-in DURATION): stability of every GPU under sustained load, the repeated tests.
+    burnin,
     # Cluster stage: each measured figure against the node's peers (fleet.performance).
     fleet,
 )

@@ -148,6 +148,12 @@ def _install_sigterm() -> None:
 @click.option("--level", type=click.Choice(["quick", "standard", "full"]), default="quick", show_default=True,
               help="How deep to check: quick (seconds per node), standard (+ DCGM r2, single-node NCCL), "
               "full (+ DCGM r3, multi-node NCCL, IB). playbooks/validate.yaml lists the checks of each.")
+@click.option("--burn-in", "burn_in", default=None, metavar="DURATION",
+              help="Also repeat the heavy tests (DCGM diag, nccl-tests) under sustained load for DURATION (90s, "
+              "30m, 4h) while temperature, clocks, throttle reasons, power and ECC are sampled (burnin.stability, "
+              "burnin.load).")
+@click.option("--burn-in-interval", "burn_in_interval", type=click.FloatRange(min=0.1), default=None,
+              metavar="SECONDS", help="The burn-in sampler's interval (default: host var burnin_interval, else 5).")
 @click.option("--connect-timeout", type=click.FloatRange(min=0.5), default=10.0, show_default=True,
               help="Seconds to connect and authenticate.")
 @click.option("--accept-new-host-keys", is_flag=True,
@@ -181,7 +187,8 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
              prometheus_file: Optional[Path], nccl_pattern: str, no_history: bool, quiet: bool,
              progress_s: Optional[float] = None, allow_busy: bool = False, slurm: Any = None,
              eval_processes: Optional[int] = None, verbose: bool = False,
-             failed_hosts_file: Optional[Path] = None, waivers_file: Optional[Path] = None) -> None:
+             failed_hosts_file: Optional[Path] = None, waivers_file: Optional[Path] = None,
+             burn_in: Optional[str] = None, burn_in_interval: Optional[float] = None) -> None:
     """Validate every node of INVENTORY and write results.json, report.html and junit.xml.
 
     Exit 0 READY, 1 NOT_READY, 2 bad input, 3 INCOMPLETE (some node could not be checked), 130 interrupted.
@@ -190,6 +197,7 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
     from nvdeploy.phases.validate import resume_validate
     from nvdeploy.runner.progress import progress_for
 
+    burn_in_s = _burn_in(burn_in, burn_in_interval, resume_dir)
     if resume_dir is not None and inventory is None:
         inventory = _inventory_of_run(resume_dir)
     if inventory is None:
@@ -201,6 +209,10 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
         checks = load_levels()[level]
     except ConfigError as exc:
         raise _fail(exc.render()) from None
+    if burn_in_s is not None:
+        from nvdeploy.checks.burnin import CHECK_IDS as BURNIN_CHECKS
+
+        checks = (*checks, *(c for c in BURNIN_CHECKS if c not in checks))
     # Taken out of the environment: no child process (ssh helpers, local batches) inherits the password.
     password = os.environ.pop(SUDO_PASSWORD_ENV, None) or None
     if ask_sudo_pass:
@@ -208,7 +220,8 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
     options = EngineOptions(forks=forks, deadline_s=deadline, connect_timeout_s=connect_timeout,
                             accept_new_host_keys=accept_new_host_keys, sudo_password=password, checks=checks,
                             multinode_pattern=nccl_pattern, allow_busy=allow_busy, eval_processes=eval_processes,
-                            progress=progress_for(sys.stderr, quiet, progress_s))
+                            progress=progress_for(sys.stderr, quiet, progress_s), burn_in_s=burn_in_s,
+                            burn_in_interval_s=burn_in_interval)
     if waivers_file is not None and resume_dir is not None:
         # The header of the run being resumed holds its waivers: the nodes already judged were judged with those.
         raise _fail("--waivers is given when a run starts; a resumed run keeps the waivers it started with")
@@ -249,6 +262,23 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
 
     print_run_end(outcome, diff_text, quiet, verbose, failed_hosts_file, _terminal_safe)
     raise click.exceptions.Exit(outcome.exit_code)
+
+
+def _burn_in(value: Optional[str], interval: Optional[float], resume_dir: Optional[Path]) -> Optional[float]:
+    """--burn-in's seconds (None without it); a bad duration, an interval without a burn-in, or a burn-in with
+    --resume (not supported yet: the run's header does not record one) exit 2."""
+    if value is None:
+        if interval is not None:
+            raise _fail("--burn-in-interval needs --burn-in DURATION")
+        return None
+    if resume_dir is not None:
+        raise _fail("--burn-in cannot be given with --resume (a resumed run is not a burn-in)")
+    from nvdeploy.collect.burnin_commands import parse_duration
+
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise _fail(f"--burn-in: {exc}") from None
 
 
 def _waivers(path: Path) -> list[Any]:

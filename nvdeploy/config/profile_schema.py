@@ -15,6 +15,7 @@ datasheet: {bf16_tflops: 989.4, fp8_tflops: 1978.9, hbm_gb: 80, tdp_w: 700, sour
 fleet:    {min_nodes: 8, warn_pct: 3.5, fail_pct: 7, warn_z: 3, fail_z: 5, z_min_pct: 1,   # fleet.performance
            figures: {nccl_busbw: {warn_pct: 3}, dcgm_gflops: {enabled: false}}}    # per figure (checks/fleet.py)
 nvbandwidth: {host_to_device_gbps: 120, device_to_host_gbps: 120, device_to_device_gbps: 600, sources: [...]}
+burnin:   {fail: [hw_slowdown, ...], warn: [sw_power_cap], clock_drop_pct: 10, figure_drop_pct: 5}  # under load
 ```
 """
 
@@ -123,6 +124,14 @@ SECTIONS: dict[str, dict[str, tuple[Callable[[Any], bool], str, bool]]] = {
                     "device_to_device_gbps": (_number, "a positive number (GB/s per GPU pair, the floor)", False),
                     "sources": (lambda v: isinstance(v, list) and bool(v) and all(isinstance(s, str) for s in v),
                                 "a non-empty list of strings (where each floor comes from)", True)},
+    # burnin.stability / burnin.load (checks/burnin.py): clock-event reasons that FAIL or WARN under load, the SM
+    # clock's allowed fall from the first samples to the last, an iteration's allowed busbw fall below the first.
+    "burnin": {"fail": (_reasons, "a list of clock-event reasons (" + ", ".join(sorted(THROTTLE_REASONS)) + ")",
+                        False),
+               "warn": (_reasons, "a list of clock-event reasons (" + ", ".join(sorted(THROTTLE_REASONS)) + ")",
+                        False),
+               "clock_drop_pct": (_pct, "a percentage (0-100] below the first samples' SM clock", False),
+               "figure_drop_pct": (_pct, "a percentage (0-100] below the first iteration's busbw", False)},
     # fleet.performance: when a node's measured figure is an outlier among the profile's nodes (checks/fleet.py).
     "fleet": {**{key: (valid, description, False) for key, (valid, description) in _FLEET_RULE.items()},
               "figures": (_fleet_figures, "a mapping of figures (" + ", ".join(FLEET_FIGURES) + ") to rule keys ("

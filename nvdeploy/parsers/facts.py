@@ -6,6 +6,7 @@ import re
 from dataclasses import replace
 from typing import Any, Mapping, Optional
 
+from nvdeploy.parsers.burnin import parse_load, parse_sampler
 from nvdeploy.parsers.catalog import catalog_facts, catalog_summary
 from nvdeploy.parsers.kmsg import parse_kmsg
 from nvdeploy.parsers.lspci import parse_lspci
@@ -57,6 +58,10 @@ def node_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
         else None
     facts.update(catalog_facts(results))
     facts["storage"] = _storage(results.get("storage_throughput"))
+    # The burn-in (validate --burn-in): whatever its exit status; a result that never ran to an answer has none.
+    for name, parse in (("burnin_sampler", parse_sampler), ("burnin_load", parse_load)):
+        result = results.get(name)
+        facts[name] = parse(result.text) if result is not None and result.rc is not None else None
     return facts
 
 

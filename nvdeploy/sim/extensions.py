@@ -31,3 +31,6 @@ from nvdeploy.sim import nvbandwidth_tool  # noqa: E402,F401  isort: skip
 
 # The storage throughput script (fio / dd per storage path) and its faults (storage_slow:<PCT>, storage_missing, ...).
 from nvdeploy.sim import storage_tool  # noqa: E402,F401  isort: skip
+
+# The burn-in's sampler and load scripts in simulated time, and the fault throttle_after:<MIN>[:<GPU>].
+from nvdeploy.sim import burnin_tool  # noqa: E402,F401  isort: skip

@@ -50,13 +50,16 @@ _GENERIC_XID = (True, "Ch 00000008")
 
 @dataclass(frozen=True)
 class ToolOutput:
-    """What one tool run produced; ``hang`` means it never returns, ``delay_s`` how long it takes to answer."""
+    """What one tool run produced; ``hang`` means it never returns, ``delay_s`` how long it takes to answer.
+    ``virtual_s``: how long it runs in simulated time (a burn-in's hours): a timeout shorter than that ends it, as
+    on a real node, but nobody waits for it."""
 
     stdout: bytes
     stderr: bytes = b""
     rc: int = 0
     hang: bool = False
     delay_s: float = 0.0
+    virtual_s: float = 0.0
 
 
 def _strip_sudo(argv: Sequence[str]) -> list[str]:

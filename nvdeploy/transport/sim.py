@@ -46,6 +46,11 @@ class SimTransport(Transport):
     def _one(self, spec: CommandSpec) -> tuple[CommandResult, float]:
         argv = ("sudo", "-n", "--", *spec.argv) if spec.sudo else spec.argv
         output = run_tool(self.scenario, argv)
+        if output.virtual_s > spec.timeout_s:
+            # Longer in simulated time than its limit (a burn-in cut by --deadline): ended there, without the wait.
+            return (CommandResult(name=spec.name, command=spec.display, rc=None, timed_out=True,
+                                  duration_s=spec.timeout_s, error=ErrorReason.TIMEOUT,
+                                  error_detail=f"timed out after {spec.timeout_s:g} s"), 0.0)
         if output.hang or output.delay_s >= spec.timeout_s:
             return (CommandResult(name=spec.name, command=spec.display, rc=None, timed_out=True,
                                   duration_s=spec.timeout_s, error=ErrorReason.TIMEOUT,

@@ -1,0 +1,202 @@
+"""Burn-in (``validate --burn-in DURATION``): the heavy tests repeated under sustained load for DURATION, with a
+sampler of temperature, SM clock, throttle reasons, power and uncorrected ECC running beside them. Part of the
+collect layer: it imports no check; nvdeploy/parsers/burnin.py reads what the two scripts print.
+
+Two collectors, run side by side in ONE batch after the node's other heavy collectors (the engine, runner/engine.py),
+each under its own timeout, their outputs kept apart:
+
+- ``burnin_sampler``: ``sh -c SAMPLER nvdeploy-burnin-sampler DURATION_S INTERVAL_MS``. It picks the throttle field
+  the driver knows (``clocks_event_reasons.active`` on newer drivers, which renamed the NVML "throttle" reasons to
+  "clock event" reasons: the 590.48.01 capture in tests/fixtures/real/nvidia-smi-csv lists only that name;
+  ``clocks_throttle_reasons.active`` on older ones), then runs ``nvidia-smi --query-gpu=timestamp,index,
+  temperature.gpu,clocks.sm,<reasons>,power.draw,ecc.errors.uncorrected.volatile.total
+  --format=csv,noheader,nounits -lms INTERVAL_MS`` in the background for DURATION_S and stops it. ``-lms`` loops
+  until killed, so the script owns the end: ``sleep`` then ``kill``, and an EXIT trap kills the loop when the
+  script itself is ended (its timeout, the batch's, Ctrl-C). Output::
+
+      @@burnin-sampler <duration_s> <interval_ms> <the query's fields>
+      <one CSV row per GPU per interval>
+      @@end running          (the loop ran for the whole duration and was stopped)
+      @@end exited <rc>      (nvidia-smi's loop ended early by itself: driver gone, bad field)
+
+- ``burnin_load``: ``sh -c LOAD nvdeploy-burnin-load DURATION_S DCGM_LEVEL DCGM_TIMEOUT NCCL_TIMEOUT NCCL_ARGV...``:
+  iterations of ``dcgmi diag -r LEVEL -j`` (its Diagnostic/Targeted Stress plugins are the per-GPU GEMM stress)
+  then the node's nccl-tests ``all_reduce_perf`` line (collect/nccl_commands.py), each under ``timeout -k``, until
+  DURATION_S has passed; a new iteration starts only before then, so the last one may run past the sampled window
+  by up to one iteration. Output::
+
+      @@iteration <n> dcgm
+      <dcgmi JSON>
+      @@rc <exit status>
+      @@iteration <n> nccl
+      <all_reduce_perf output>
+      @@rc <exit status>
+      ...
+      @@done <iterations>
+
+Every argument reaches the node shlex-quoted by the batch (nvdeploy/transport/batch.py): the nccl-tests argv, with
+its folder from the host vars, is ``"$@"`` inside the script, never shell text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any, Mapping, Optional, Sequence
+
+from nvdeploy.collect.collector import Collector
+from nvdeploy.collect.nccl_commands import NCCL_TIMEOUT_S, build_nccl_all_reduce
+from nvdeploy.transport.base import CommandSpec
+
+SAMPLER = "burnin_sampler"
+LOAD = "burnin_load"
+COLLECTOR_NAMES = (SAMPLER, LOAD)
+SAMPLER_HELPER = "nvdeploy-burnin-sampler"  # $0 of the scripts: the simulator recognises them by it
+LOAD_HELPER = "nvdeploy-burnin-load"
+EVENT_FIELD = "clocks_event_reasons.active"
+THROTTLE_FIELD = "clocks_throttle_reasons.active"
+# The query after the reasons field is chosen; {reasons} is filled in on the node.
+QUERY_FIELDS = ("timestamp", "index", "temperature.gpu", "clocks.sm", "{reasons}", "power.draw",
+                "ecc.errors.uncorrected.volatile.total")
+DEFAULT_INTERVAL_S = 5.0
+MIN_INTERVAL_S = 0.1
+DEFAULT_DCGM_LEVEL = 2
+# One iteration's tests, each under its own limit inside the load script.
+BURNIN_DCGM_TIMEOUT_S = 1200.0
+KILL_GRACE_S = 10
+# Beyond the duration: the sampler's start and stop; the load's last iteration started just before the end.
+SAMPLER_SLACK_S = 60.0
+# 8 GPUs x one ~80-byte row every 5 s for 24 h is ~11 MB; sub-second intervals over hours can be more: kept.
+SAMPLER_MAX_BYTES = 64 * 1024 * 1024
+LOAD_MAX_BYTES = 32 * 1024 * 1024
+
+SAMPLER_SCRIPT = r"""d=$1; ms=$2
+f=clocks_event_reasons.active
+nvidia-smi --query-gpu=$f --format=csv,noheader >/dev/null 2>&1 || f=clocks_throttle_reasons.active
+q=timestamp,index,temperature.gpu,clocks.sm,$f,power.draw,ecc.errors.uncorrected.volatile.total
+echo "@@burnin-sampler $d $ms $q"
+nvidia-smi --query-gpu=$q --format=csv,noheader,nounits -lms "$ms" &
+p=$!
+trap 'kill $p 2>/dev/null' EXIT
+trap 'exit 143' HUP INT TERM
+sleep "$d"
+if kill -0 $p 2>/dev/null; then kill $p 2>/dev/null; wait $p; echo "@@end running"
+else wait $p; echo "@@end exited $?"; fi
+"""
+
+LOAD_SCRIPT = r"""d=$1; lvl=$2; dt=$3; nt=$4; shift 4
+end=$(( $(date +%s) + d ))
+n=0
+trap 'exit 143' HUP INT TERM
+while :; do
+  n=$((n+1))
+  echo "@@iteration $n dcgm"
+  timeout -k 10 "$dt" dcgmi diag -r "$lvl" -j
+  echo "@@rc $?"
+  echo "@@iteration $n nccl"
+  timeout -k 10 "$nt" "$@"
+  echo "@@rc $?"
+  [ "$(date +%s)" -lt "$end" ] || break
+done
+echo "@@done $n"
+"""
+
+_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)\s*", re.IGNORECASE)
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+# Under a minute is no burn-in (one DCGM iteration takes longer); a week is surely a typo.
+MIN_DURATION_S = 60.0
+MAX_DURATION_S = 7 * 86400.0
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``30m``, ``4h``, ``1.5h``, ``1d`` or plain seconds -> seconds; ValueError saying why otherwise."""
+    match = _DURATION.fullmatch(str(text))
+    if match is None:
+        raise ValueError(f"{text!r} is not a duration: a number with s, m, h or d (90s, 30m, 4h)")
+    seconds = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    if not MIN_DURATION_S <= seconds <= MAX_DURATION_S:
+        raise ValueError(f"{text!r}: a burn-in lasts from 1m to 7d")
+    return seconds
+
+
+def dcgm_level(host_vars: Mapping[str, Any]) -> int:
+    """The DCGM diag level each iteration runs: host var ``burnin_dcgm_level`` (1-4), else 2."""
+    value = host_vars.get("burnin_dcgm_level", DEFAULT_DCGM_LEVEL)
+    try:
+        level = int(value)
+    except (TypeError, ValueError):
+        return DEFAULT_DCGM_LEVEL
+    return level if 1 <= level <= 4 else DEFAULT_DCGM_LEVEL
+
+
+def _number(host_vars: Mapping[str, Any], key: str, default: float) -> float:
+    try:
+        value = float(host_vars.get(key) or default)
+    except (TypeError, ValueError):
+        return default
+    return value if value > 0 else default
+
+
+def sampler_argv(duration_s: float, interval_s: float) -> tuple[str, ...]:
+    return ("sh", "-c", SAMPLER_SCRIPT, SAMPLER_HELPER, str(int(round(duration_s))),
+            str(max(int(MIN_INTERVAL_S * 1000), int(round(interval_s * 1000)))))
+
+
+def load_argv(duration_s: float, host_vars: Mapping[str, Any], profile: Any) -> tuple[str, ...]:
+    dcgm_timeout = _number(host_vars, "dcgm_timeout", BURNIN_DCGM_TIMEOUT_S)
+    nccl_timeout = _number(host_vars, "nccl_timeout", NCCL_TIMEOUT_S)
+    return ("sh", "-c", LOAD_SCRIPT, LOAD_HELPER, str(int(round(duration_s))), str(dcgm_level(host_vars)),
+            str(int(dcgm_timeout)), str(int(nccl_timeout)), *build_nccl_all_reduce(host_vars, profile))
+
+
+def sampler_timeout(duration_s: float) -> float:
+    return duration_s + SAMPLER_SLACK_S
+
+
+def load_timeout(duration_s: float, host_vars: Mapping[str, Any]) -> float:
+    """The duration, one more iteration started just before its end, and the kill grace of both its steps."""
+    return (duration_s + _number(host_vars, "dcgm_timeout", BURNIN_DCGM_TIMEOUT_S)
+            + _number(host_vars, "nccl_timeout", NCCL_TIMEOUT_S) + 2 * KILL_GRACE_S + SAMPLER_SLACK_S)
+
+
+def burnin_interval(host_vars: Mapping[str, Any], interval_s: Optional[float] = None) -> float:
+    """The sampling interval: the run's (``--burn-in-interval``), else host var ``burnin_interval``, else 5 s."""
+    if interval_s is not None:
+        return max(MIN_INTERVAL_S, interval_s)
+    return max(MIN_INTERVAL_S, _number(host_vars, "burnin_interval", DEFAULT_INTERVAL_S))
+
+
+# In the catalog (checks list them, docs/checks.md shows them) with a one-hour argv; the engine builds the real ones
+# from the run's duration (runner/engine.py) and runs the two together, never one by one as other heavy collectors.
+_CATALOG_DURATION_S = 3600.0
+BURNIN_SAMPLER = Collector(
+    SAMPLER, sampler_argv(_CATALOG_DURATION_S, DEFAULT_INTERVAL_S), sampler_timeout(_CATALOG_DURATION_S),
+    heavy=True, max_bytes=SAMPLER_MAX_BYTES, timeout_var="burnin_sampler_timeout",
+    description="burn-in sampler: temperature, SM clock, throttle reasons, power, uncorrected ECC every interval "
+                "(nvidia-smi --query-gpu ... -lms) for the burn-in's duration")
+BURNIN_LOAD = Collector(
+    LOAD, ("sh", "-c", LOAD_SCRIPT, LOAD_HELPER, str(int(_CATALOG_DURATION_S)), str(DEFAULT_DCGM_LEVEL),
+           str(int(BURNIN_DCGM_TIMEOUT_S)), str(int(NCCL_TIMEOUT_S)), "all_reduce_perf"),
+    load_timeout(_CATALOG_DURATION_S, {}), heavy=True, max_bytes=LOAD_MAX_BYTES, timeout_var="burnin_load_timeout",
+    description="burn-in load: DCGM diag and nccl-tests all_reduce_perf iterations for the burn-in's duration")
+
+COLLECTORS: tuple[Collector, ...] = (BURNIN_SAMPLER, BURNIN_LOAD)
+
+
+def burnin_specs(specs: Sequence[CommandSpec], host_vars: Mapping[str, Any], profile: Any, duration_s: float,
+                 interval_s: Optional[float] = None) -> list[CommandSpec]:
+    """The planned burn-in specs (``specs_for``'s, with the catalog's one-hour argv) made for this run: its
+    duration and interval, the host's nccl-tests line and limits. The engine runs them in one batch, side by side;
+    the Slurm budget (slurm/budget.py) counts that batch once, at its longest limit."""
+    out = []
+    for spec in specs:
+        if spec.name == SAMPLER:
+            argv = sampler_argv(duration_s, burnin_interval(host_vars, interval_s))
+            timeout = sampler_timeout(duration_s)
+        elif spec.name == LOAD:
+            argv = load_argv(duration_s, host_vars, profile)
+            timeout = load_timeout(duration_s, host_vars)
+        else:
+            continue
+        out.append(replace(spec, argv=argv, timeout_s=timeout))
+    return out

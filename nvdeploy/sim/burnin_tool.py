@@ -1,0 +1,119 @@
+"""The burn-in's two scripts on a simulated node (collect/burnin_commands.py), in simulated time: the answer comes
+at once, its timestamps and iterations are those a run of DURATION would print (a 4-hour burn-in costs no wait).
+
+The sampler prints one row per GPU per interval from :data:`SIM_TIME`: a healthy GPU under load warms from 55 C to
+about 70 C over ten minutes at a steady SM clock of :data:`LOAD_CLOCK_MHZ`, near its power limit, no clock-event
+reason active; its uncorrected ECC count is the node's (fault ``ecc``). The load runs ``ceil(DURATION /``
+:data:`ITERATION_S` ``)`` iterations of the simulated ``dcgmi diag`` and ``all_reduce_perf``, each as that tool
+answers on this node (its faults included).
+
+Fault ``throttle_after:<MIN>[:<GPU>]`` (every GPU without ``:<GPU>``): after MIN minutes of load the GPU overheats:
+its temperature climbs past 87 C, SW thermal slowdown (0x20) is active and, two minutes later, HW thermal slowdown
+(0x40) too, and its SM clock falls to :data:`THROTTLED_CLOCK_MHZ` over five minutes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import re
+from collections.abc import Sequence
+from typing import Optional
+
+from nvdeploy.collect.burnin_commands import EVENT_FIELD, LOAD_HELPER, QUERY_FIELDS, SAMPLER_HELPER
+from nvdeploy.sim.scenario import NodeScenario, node_facts, register_fault
+from nvdeploy.sim.smi_xml import SIM_TIME
+from nvdeploy.sim.tools import TOOL_HOOKS, ToolOutput, run_tool
+
+LOAD_CLOCK_MHZ = 1980.0
+THROTTLED_CLOCK_MHZ = 1410.0
+ITERATION_S = 180.0
+# A simulated sampler answers at most this many rows per GPU (a 24 h run at 1 s); longer runs are thinned.
+MAX_ROWS_PER_GPU = 86400
+THROTTLE_AFTER = re.compile(r"throttle_after:([0-9]+(?:\.[0-9]+)?)(?::([0-9]+))?")
+SW_THERMAL = 0x20
+HW_THERMAL = 0x40
+
+register_fault("throttle_after", "throttle_after:<MIN>[:<GPU>]: under burn-in load the GPU (every GPU without "
+               ":<GPU>) overheats after MIN minutes: thermal slowdown active, SM clock falling",
+               pattern=THROTTLE_AFTER.pattern)
+
+
+def _throttle(scenario: NodeScenario) -> dict[Optional[int], float]:
+    """{GPU or None for every GPU: seconds of load before it throttles}."""
+    out: dict[Optional[int], float] = {}
+    for fault in scenario.faults:
+        match = THROTTLE_AFTER.fullmatch(fault)
+        if match:
+            out[int(match.group(2)) if match.group(2) is not None else None] = float(match.group(1)) * 60
+    return out
+
+
+def _row(when: datetime.datetime, gpu: int, t: float, after: Optional[float], power_limit: float,
+         ecc: str) -> str:
+    temperature = 55.0 + 15.0 * min(1.0, t / 600.0)
+    clock, reasons = LOAD_CLOCK_MHZ, 0
+    if after is not None and t >= after:
+        hot = t - after
+        temperature = min(93.0, 87.0 + hot / 60.0)
+        reasons = SW_THERMAL | (HW_THERMAL if hot >= 120 else 0)
+        clock = LOAD_CLOCK_MHZ - (LOAD_CLOCK_MHZ - THROTTLED_CLOCK_MHZ) * min(1.0, hot / 300.0)
+    power = round(power_limit * (0.93 if reasons == 0 else 0.8) + (gpu % 3), 2)
+    stamp = when.strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
+    return f"{stamp}, {gpu}, {temperature:.0f}, {clock:.0f}, 0x{reasons:016X}, {power:.2f}, {ecc}\n"
+
+
+def sampler_text(scenario: NodeScenario, duration_s: float, interval_ms: int) -> str:
+    facts = node_facts(scenario)
+    fields = ",".join(f.replace("{reasons}", EVENT_FIELD) for f in QUERY_FIELDS)
+    out = [f"@@burnin-sampler {int(duration_s)} {interval_ms} {fields}\n"]
+    if not facts.driver_loaded:  # nvidia-smi's loop exits at once, as the real one does (exit 9)
+        return "".join(out) + "@@end exited 9\n"
+    step = max(interval_ms / 1000.0, duration_s / MAX_ROWS_PER_GPU)
+    throttle = _throttle(scenario)
+    count = int(duration_s / step) + 1
+    for n in range(count):
+        t = n * step
+        when = SIM_TIME + datetime.timedelta(seconds=t)
+        for gpu in facts.gpus:
+            after = throttle.get(gpu.index, throttle.get(None))
+            ecc = str(gpu.dram_uncorrectable_volatile) if gpu.ecc_enabled else "[N/A]"
+            out.append(_row(when, gpu.index, t, after, gpu.power_limit_w or 700.0, ecc))
+    out.append("@@end running\n")
+    return "".join(out)
+
+
+def load_text(scenario: NodeScenario, duration_s: float, level: str, nccl_argv: Sequence[str]) -> str:
+    iterations = max(1, math.ceil(duration_s / ITERATION_S))
+    # Each iteration prints what that tool prints on this node: computed once, the node does not change meanwhile.
+    dcgm = run_tool(scenario, ("dcgmi", "diag", "-r", level, "-j"))
+    nccl = run_tool(scenario, tuple(nccl_argv))
+    out = []
+    for n in range(1, iterations + 1):
+        out.append(f"@@iteration {n} dcgm\n{dcgm.stdout.decode(errors='replace')}\n@@rc {dcgm.rc}\n")
+        out.append(f"@@iteration {n} nccl\n{nccl.stdout.decode(errors='replace')}\n@@rc {nccl.rc}\n")
+    out.append(f"@@done {iterations}\n")
+    return "".join(out)
+
+
+def _hook(scenario: NodeScenario, argv: Sequence[str]) -> Optional[ToolOutput]:
+    # sh -c SAMPLER nvdeploy-burnin-sampler DURATION INTERVAL_MS
+    # sh -c LOAD nvdeploy-burnin-load DURATION LEVEL DCGM_TIMEOUT NCCL_TIMEOUT NCCL_ARGV...
+    args = list(argv)
+    if len(args) < 6 or args[0] != "sh" or args[1] != "-c" or args[3] not in (SAMPLER_HELPER, LOAD_HELPER):
+        return None
+    if not args[4].isdigit():
+        return ToolOutput(b"", b"sh: 1: arithmetic expression: expecting primary\n", 2)
+    duration = float(args[4])
+    if args[3] == SAMPLER_HELPER:
+        interval = int(args[5]) if args[5].isdigit() and int(args[5]) > 0 else 5000
+        if scenario.has("hang"):
+            return ToolOutput(b"", hang=True)
+        return ToolOutput(sampler_text(scenario, duration, interval).encode(), virtual_s=duration)
+    if len(args) < 9:
+        return ToolOutput(b"", b"sh: 1: shift: can't shift that many\n", 2)
+    iterations = max(1, math.ceil(duration / ITERATION_S))
+    return ToolOutput(load_text(scenario, duration, args[5], args[8:]).encode(), virtual_s=iterations * ITERATION_S)
+
+
+TOOL_HOOKS.append(_hook)

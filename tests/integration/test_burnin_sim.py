@@ -1,0 +1,119 @@
+"""validate --burn-in over simulated nodes: a burn-in of a few simulated minutes catches throttle_after on the
+GPU and after the minutes it names, a healthy node passes, the two burn-in collectors run in one batch after the
+other heavy ones, the busy guard and --deadline hold, a bad duration exits 2, and validate without --burn-in plans
+no burn-in."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from nvdeploy.cli.app import cli
+from nvdeploy.collect.burnin_commands import LOAD, SAMPLER
+from nvdeploy.config.inventory import load_inventory
+from nvdeploy.config.levels import load_levels
+from nvdeploy.config.profiles import ProfileCatalog
+from nvdeploy.phases.validate import run_validate
+from nvdeploy.results import ErrorReason, Verdict
+from nvdeploy.runner.engine import EngineOptions
+from nvdeploy.transport.sim import SimTransport
+
+CATALOG = ProfileCatalog()
+QUICK = load_levels()["quick"]
+BURN = (*QUICK, "burnin.stability", "burnin.load")
+
+
+def inventory(tmp_path: Path, hosts: dict[str, list[str]]) -> Path:
+    lines = ["all:", "  vars:", "    cluster: burn", "    connection: sim", "    profile: h100-sxm-8x",
+             '    driver_version: "550.90.07"', "  hosts:"]
+    lines += [f"    {name}: {{sim_faults: {json.dumps(faults)}}}" for name, faults in hosts.items()]
+    path = tmp_path / "cluster.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def run(tmp_path: Path, hosts: dict[str, list[str]], **options):
+    opts = EngineOptions(checks=options.pop("checks", BURN), **{"burn_in_s": 300.0, "burn_in_interval_s": 2.0,
+                                                                **options})
+    return run_validate(load_inventory(inventory(tmp_path, hosts), CATALOG), CATALOG, opts, tmp_path / "reports",
+                        level="quick")
+
+
+def findings(outcome, name, check):
+    node = next(n for n in outcome.run.nodes if n.name == name)
+    return [f for f in node.findings if f.check == check]
+
+
+def test_burn_in_catches_throttle_after_and_passes_a_healthy_node(tmp_path, monkeypatch):
+    batches: list[tuple[str, tuple[str, ...]]] = []
+    original = SimTransport.run_batch
+
+    def spy(self, commands, deadline_s=None):
+        batches.append((self.scenario.name, tuple(c.name for c in commands)))
+        return original(self, commands, deadline_s)
+
+    monkeypatch.setattr(SimTransport, "run_batch", spy)
+    outcome = run(tmp_path, {"good": [], "hot": ["throttle_after:2:6"]})
+    good = findings(outcome, "good", "burnin.stability")
+    assert len(good) == 8 and {f.verdict for f in good} == {Verdict.PASS}
+    assert "151 samples over 5m00s" in good[0].summary
+    assert [f.verdict for f in findings(outcome, "good", "burnin.load")] == [Verdict.PASS]
+    hot = {f.gpu: f for f in findings(outcome, "hot", "burnin.stability")}
+    assert hot[6].verdict is Verdict.FAIL and "sw_thermal_slowdown" in hot[6].summary
+    assert "from 2m00s" in hot[6].summary and "SM clock fell" in hot[6].summary
+    assert all(hot[g].verdict is Verdict.PASS for g in range(8) if g != 6)
+    assert next(n for n in outcome.run.nodes if n.name == "hot").verdict is Verdict.FAIL
+    # Sampler and load side by side, in one batch of their own after the light batch.
+    assert ("good", (SAMPLER, LOAD)) in batches and ("hot", (SAMPLER, LOAD)) in batches
+    assert all(SAMPLER not in names or names == (SAMPLER, LOAD) for _, names in batches)
+
+
+def test_burn_in_respects_the_busy_guard_and_the_deadline(tmp_path):
+    outcome = run(tmp_path, {"busy": ["gpu_busy"]})
+    busy = findings(outcome, "busy", "burnin.stability")
+    assert busy and all(f.verdict is Verdict.ERROR and f.reason is ErrorReason.BUSY for f in busy)
+    # A deadline shorter than the burn-in: its batch is cut there, ERROR timeout, never PASS.
+    outcome = run(tmp_path, {"n1": []}, burn_in_s=3600.0, deadline_s=1.5)
+    cut = findings(outcome, "n1", "burnin.stability")
+    assert cut and all(f.verdict is Verdict.ERROR for f in cut)
+
+
+def test_burn_in_check_without_a_duration_is_error_not_run(tmp_path):
+    outcome = run(tmp_path, {"n1": []}, burn_in_s=None)
+    found = findings(outcome, "n1", "burnin.stability")
+    assert [f.reason for f in found] == [ErrorReason.NOT_RUN] and "--burn-in" in found[0].summary
+
+
+def test_cli_burn_in(tmp_path):
+    path = inventory(tmp_path, {"good": [], "hot": ["throttle_after:3"]})
+    runner = CliRunner()
+    bad = runner.invoke(cli, ["validate", "-i", str(path), "--burn-in", "4x", "--state-dir", str(tmp_path / "s")])
+    assert bad.exit_code == 2 and "--burn-in" in bad.output and "duration" in bad.output
+    lonely = runner.invoke(cli, ["validate", "-i", str(path), "--burn-in-interval", "2", "--state-dir",
+                                 str(tmp_path / "s")])
+    assert lonely.exit_code == 2 and "needs --burn-in" in lonely.output
+    done = runner.invoke(cli, ["validate", "-i", str(path), "--burn-in", "10m", "--burn-in-interval", "5",
+                               "--state-dir", str(tmp_path / "s"), "--no-history", "-q"])
+    assert done.exit_code == 1, done.output
+    run_dir = next((tmp_path / "s" / "burn").iterdir())
+    results = json.loads((run_dir / "results.json").read_text())
+    verdicts = {(n["name"], f["check"]): f["verdict"] for n in results["nodes"] for f in n["findings"]
+                if f["check"] == "burnin.load"}
+    assert verdicts == {("good", "burnin.load"): "PASS", ("hot", "burnin.load"): "PASS"}
+    assert (run_dir / "evidence" / "hot").is_dir()
+
+
+def test_validate_without_burn_in_plans_none(tmp_path, monkeypatch):
+    sent: list[str] = []
+    original = SimTransport.run_batch
+
+    def spy(self, commands, deadline_s=None):
+        sent.extend(c.name for c in commands)
+        return original(self, commands, deadline_s)
+
+    monkeypatch.setattr(SimTransport, "run_batch", spy)
+    outcome = run(tmp_path, {"n1": []}, checks=QUICK, burn_in_s=None)
+    assert SAMPLER not in sent and LOAD not in sent
+    assert not [f for n in outcome.run.nodes for f in n.findings if f.check.startswith("burnin.")]

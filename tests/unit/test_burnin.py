@@ -1,0 +1,316 @@
+"""Burn-in (validate --burn-in): the duration parser, the sampler's CSV time series and the load's iterations
+(parsers/burnin.py), burnin.stability and burnin.load (checks/burnin.py), the command lines and the simulator's
+throttle_after fault.
+
+The sampler rows below use the field formats of the real 590.48.01 capture
+(tests/fixtures/real/nvidia-smi-csv/h100-80gb-hbm3-query-gpu-all-fields-load-590.48.01.csv: timestamp
+``2026/07/14 08:12:53.353``, reasons ``0x0000000000000000``, power without units); no public capture of a long
+``-lms`` series was found, so the series themselves are built here.
+"""
+
+from __future__ import annotations
+
+import datetime
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+from _catalog_helpers import context, profile_with, result, run_check, timed_out
+
+from nvdeploy.checks.burnin import decode
+from nvdeploy.collect.burnin_commands import (
+    LOAD,
+    SAMPLER,
+    SAMPLER_SCRIPT,
+    burnin_specs,
+    load_argv,
+    parse_duration,
+    sampler_argv,
+)
+from nvdeploy.collect.catalog import specs_for
+from nvdeploy.config.profiles import ProfileCatalog
+from nvdeploy.parsers.burnin import parse_load, parse_sampler
+from nvdeploy.results import ErrorReason, Remediation, Verdict
+from nvdeploy.sim.scenario import NodeScenario, validate_fault
+
+from nvdeploy.sim import tools  # noqa: F401  isort: skip  (every simulated tool first)
+from nvdeploy.sim.tools import run_tool  # noqa: E402  isort: skip
+
+REAL_CSV = (Path(__file__).parent.parent / "fixtures/real/nvidia-smi-csv"
+            / "h100-80gb-hbm3-query-gpu-all-fields-load-590.48.01.csv")
+FIELDS = ("timestamp,index,temperature.gpu,clocks.sm,clocks_event_reasons.active,power.draw,"
+          "ecc.errors.uncorrected.volatile.total")
+START = datetime.datetime(2026, 7, 14, 8, 12, 53, 353000)
+
+
+def series(duration: int = 600, interval: int = 10, gpus: int = 8, reasons=lambda g, t: 0,
+           clock=lambda g, t: 1980, ecc=lambda g, t: "0", end: str = "@@end running") -> str:
+    lines = [f"@@burnin-sampler {duration} {interval * 1000} {FIELDS}"]
+    for t in range(0, duration + 1, interval):
+        stamp = (START + datetime.timedelta(seconds=t)).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
+        for g in range(gpus):
+            lines.append(f"{stamp}, {g}, 65, {clock(g, t)}, 0x{reasons(g, t):016X}, 631.95, {ecc(g, t)}")
+    return "\n".join(lines + ([end] if end else [])) + "\n"
+
+
+def load_text(iterations: int = 3, busbw=lambda n: 480.0, dcgm_rc: int = 0, dcgm_result: str = "Pass") -> str:
+    from nvdeploy.sim.tools import run_tool as sim_tool
+
+    scenario = NodeScenario("node01", ProfileCatalog().get("h100-sxm-8x"), ())
+    nccl = sim_tool(scenario, ("all_reduce_perf", "-b", "1G", "-e", "8G", "-f", "2", "-g", "8", "-c", "1"))
+    dcgm = sim_tool(scenario, ("dcgmi", "diag", "-r", "2", "-j")).stdout.decode()
+    out = []
+    for n in range(1, iterations + 1):
+        text = nccl.stdout.decode()
+        text = text.replace("# Avg bus bandwidth    : ", f"# Avg bus bandwidth    : {busbw(n)} #")
+        out.append(f"@@iteration {n} dcgm\n{dcgm if dcgm_result == 'Pass' else dcgm.replace('Pass', dcgm_result)}\n"
+                   f"@@rc {dcgm_rc}\n@@iteration {n} nccl\n{text}\n@@rc 0\n")
+    return "".join(out) + f"@@done {iterations}\n"
+
+
+def judge(sampler: str, load: str | None = None, profile="h100-sxm-8x"):
+    results = {SAMPLER: result(SAMPLER, sampler)}
+    results[LOAD] = result(LOAD, load if load is not None else load_text())
+    ctx = context(results, profile)
+    return run_check("burnin.stability", ctx), run_check("burnin.load", ctx)
+
+
+# -- durations and command lines ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text,seconds", [("90s", 90), ("30m", 1800), ("4h", 14400), ("1.5h", 5400),
+                                          ("1d", 86400), ("120", 120), (" 2H ", 7200)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "4x", "h", "-5m", "10s", "8d", "4h30m", "1e3"])
+def test_bad_durations_say_why(text):
+    with pytest.raises(ValueError, match="duration|1m to 7d"):
+        parse_duration(text)
+
+
+def test_planned_specs_carry_the_runs_duration_and_the_hosts_nccl_line():
+    catalog = ProfileCatalog()
+    profile = catalog.get("h100-sxm-8x")
+    host_vars = {"nccl_tests_dir": "/opt/nccl tests/build", "nccl_timeout": 600}
+    planned = specs_for([SAMPLER, LOAD], host_vars, heavy=True, profile=profile)
+    specs = {s.name: s for s in burnin_specs(planned, host_vars, profile, 1800, 2)}
+    assert specs[SAMPLER].argv[3:] == ("nvdeploy-burnin-sampler", "1800", "2000")
+    assert specs[SAMPLER].timeout_s == 1860
+    load = specs[LOAD].argv
+    assert load[3:8] == ("nvdeploy-burnin-load", "1800", "2", "1200", "600")
+    assert any(a.endswith("all_reduce_perf") and a.startswith("/opt/nccl tests/build") for a in load[8:])
+    # The duration, one more iteration of both tests, their kill grace and slack.
+    assert specs[LOAD].timeout_s == 1800 + 1200 + 600 + 20 + 60
+    assert load_argv(60, {"burnin_dcgm_level": 9}, profile)[5] == "2"  # out of range: the default
+
+
+def test_sampler_script_runs_for_its_duration_and_stops_the_loop(tmp_path):
+    """The real script with a stand-in nvidia-smi that prints a row every interval and never ends by itself."""
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\ncase \"$*\" in *-lms*) while :; do echo \"2026/07/14 08:12:53.353, 0, 60, 1980, "
+                    "0x0000000000000000, 600.00, 0\"; sleep 0.2; done;; esac\nexit 0\n")
+    fake.chmod(0o755)
+    argv = sampler_argv(1, 0.2)
+    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=20,
+                          env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    out = parse_sampler(done.stdout)
+    assert done.returncode == 0, done.stderr
+    assert out.duration_s == 1 and out.interval_ms == 200 and out.ended == "running"
+    assert "clocks_event_reasons.active" in out.fields
+    assert len(out.samples) >= 2
+
+
+def test_sampler_script_falls_back_to_the_older_throttle_field(tmp_path):
+    # An older driver knows only clocks_throttle_reasons.active: the probe for the new name fails (exit 2).
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\ncase \"$*\" in *clocks_event_reasons*) echo 'Field \"clocks_event_reasons.active\" "
+                    "is not a valid field to query.' ; exit 2;; esac\nexit 9\n")
+    fake.chmod(0o755)
+    done = subprocess.run(list(sampler_argv(1, 1)), capture_output=True, text=True, timeout=20,
+                          env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    out = parse_sampler(done.stdout)
+    assert "clocks_throttle_reasons.active" in out.fields
+    assert out.ended == "exited" and out.exit_rc == 9  # the loop died at once (driver not loaded)
+    assert "$f" in SAMPLER_SCRIPT  # the field is chosen on the node, never spliced in here
+
+
+# -- parsers --------------------------------------------------------------------------------------------------
+
+
+def test_parser_reads_the_real_rows_field_formats():
+    # The real capture's values of the sampler's fields, in the sampler's order.
+    import csv
+
+    rows = [r for r in csv.reader(REAL_CSV.open()) if r]
+    header = [h.strip().split(" [")[0] for h in rows[0]]
+    pick = ["timestamp", "index", "temperature.gpu", "clocks.current.sm", "clocks_event_reasons.active",
+            "power.draw", "ecc.errors.uncorrected.volatile.total"]
+    values = [rows[1][header.index(name)].strip() for name in pick]
+    out = parse_sampler(f"@@burnin-sampler 60 1000 {FIELDS}\n" + ", ".join(values) + "\n@@end running\n")
+    sample = out.samples[0]
+    assert (sample.gpu, sample.temperature_c, sample.reasons, sample.power_w, sample.ecc_uncorrected) == \
+        (0, 59, 0, 631.95, 0)
+    assert sample.sm_clock_mhz and sample.sm_clock_mhz > 0
+
+
+def test_parser_tolerates_na_and_odd_lines():
+    text = (f"@@burnin-sampler 60 1000 {FIELDS}\n"
+            "2026/07/14 08:12:53.353, 0, [N/A], [Not Supported], [N/A], [N/A], [N/A]\n"
+            "garbage line\n"
+            "2026/07/14 08:12:54.353, 0, 61, 1980 MHz, 0x0000000000000004, 650.00 W, 0\n"
+            "@@end running\n")
+    out = parse_sampler(text)
+    assert len(out.samples) == 2 and out.warnings
+    first, second = out.samples
+    assert first.temperature_c is None and first.reasons is None and first.ecc_uncorrected is None
+    assert second.t == pytest.approx(1.0) and second.sm_clock_mhz == 1980 and second.reasons == 4
+    assert parse_sampler("").ended is None and parse_sampler("").duration_s is None
+
+
+def test_load_parser_splits_iterations():
+    out = parse_load(load_text(2))
+    assert out.done == 2 and [(s.iteration, s.test) for s in out.steps] == [(1, "dcgm"), (1, "nccl"), (2, "dcgm"),
+                                                                          (2, "nccl")]
+    assert out.steps[0].dcgm.overall == "PASS" and out.steps[1].nccl.avg_busbw == 480.0
+    cut = parse_load("@@iteration 1 dcgm\n{\"partial\": ")
+    assert cut.done is None and cut.steps[0].rc is None
+
+
+def test_reason_bits_are_nvmls():
+    assert decode(0x4) == ["sw_power_cap"]
+    assert decode(0x20 | 0x40 | 0x80 | 0x8) == ["hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
+                                                  "hw_power_brake_slowdown"]
+    assert decode(0x1) == ["gpu_idle"]
+
+
+# -- burnin.stability ----------------------------------------------------------------------------------------
+
+
+def test_healthy_series_passes_per_gpu():
+    stability, load = judge(series())
+    assert [f.verdict for f in stability] == [Verdict.PASS] * 8
+    assert {f.gpu for f in stability} == set(range(8))
+    assert "61 samples over 10m00s" in stability[0].summary
+    assert [f.verdict for f in load] == [Verdict.PASS]
+
+
+@pytest.mark.parametrize("bit", [0x8, 0x20, 0x40, 0x80])
+def test_thermal_or_power_throttle_under_load_fails(bit):
+    stability, _ = judge(series(reasons=lambda g, t: bit if g == 3 and t >= 300 else 0))
+    bad = [f for f in stability if f.verdict is not Verdict.PASS]
+    assert [(f.gpu, f.verdict) for f in bad] == [(3, Verdict.FAIL)]
+    assert "from 5m00s" in bad[0].summary and decode(bit)[0] in bad[0].summary
+
+
+def test_sw_power_cap_warns_unless_the_profile_fails_it():
+    text = series(reasons=lambda g, t: 0x4 if g == 0 else 0)
+    stability, _ = judge(text)
+    assert stability[0].verdict is Verdict.WARN and stability[0].remediation is Remediation.MONITOR
+    strict = profile_with("h100-sxm-8x", burnin={"fail": ["sw_power_cap", "hw_slowdown"]})
+    stability, _ = judge(text, profile=strict)
+    assert stability[0].verdict is Verdict.FAIL
+
+
+def test_idle_samples_are_not_under_load():
+    # Between two tests the GPU is idle (0x1) and at a low clock: neither throttle nor a clock fall.
+    stability, _ = judge(series(reasons=lambda g, t: 0x1 | 0x20 if t > 550 else 0,
+                                clock=lambda g, t: 345 if t > 550 else 1980))
+    assert [f.verdict for f in stability] == [Verdict.PASS] * 8
+
+
+def test_clock_falling_more_than_the_limit_fails():
+    falling = series(clock=lambda g, t: 1980 - (t * 0.5 if g == 5 else 0))  # 1980 -> 1680 MHz at 10 min
+    stability, _ = judge(falling)
+    gpu5 = next(f for f in stability if f.gpu == 5)
+    assert gpu5.verdict is Verdict.FAIL and "SM clock fell" in gpu5.summary and gpu5.observed > 10
+    loose = profile_with("h100-sxm-8x", burnin={"clock_drop_pct": 20})
+    stability, _ = judge(falling, profile=loose)
+    assert next(f for f in stability if f.gpu == 5).verdict is Verdict.PASS
+
+
+def test_uncorrected_ecc_growth_fails_isolate():
+    stability, _ = judge(series(ecc=lambda g, t: "2" if g == 1 and t > 200 else "0"))
+    gpu1 = next(f for f in stability if f.gpu == 1)
+    assert gpu1.verdict is Verdict.FAIL and gpu1.remediation is Remediation.ISOLATE
+    assert "grew by 2" in gpu1.summary
+
+
+def test_ecc_not_supported_is_not_judged():
+    stability, _ = judge(series(ecc=lambda g, t: "[N/A]"))
+    assert all(f.verdict is Verdict.PASS and "ECC not readable" in f.summary for f in stability)
+
+
+def test_too_few_samples_or_short_cover_is_error():
+    # The samples end after 5 of 10 minutes (the header says 600 s).
+    short = series(duration=300).replace("@@burnin-sampler 300", "@@burnin-sampler 600")
+    stability, _ = judge(short)
+    assert all(f.verdict is Verdict.ERROR and f.reason is ErrorReason.INCOMPLETE for f in stability)
+    # A GPU missing from the series is ERROR too, never PASS.
+    stability, _ = judge(series(gpus=7))
+    assert next(f for f in stability if f.gpu == 7).verdict is Verdict.ERROR
+
+
+def test_cut_off_and_early_exit_and_timeout_are_error():
+    stability, _ = judge(series(end=""))
+    assert [f.verdict for f in stability] == [Verdict.ERROR] and stability[0].reason is ErrorReason.INCOMPLETE
+    stability, _ = judge(series(end="@@end exited 15"))
+    assert stability[0].verdict is Verdict.ERROR and "exit 15" in stability[0].summary
+    ctx = context({SAMPLER: timed_out(SAMPLER), LOAD: timed_out(LOAD)})
+    assert [f.reason for f in run_check("burnin.stability", ctx)] == [ErrorReason.TIMEOUT]
+    assert [f.reason for f in run_check("burnin.load", ctx)] == [ErrorReason.TIMEOUT]
+
+
+def test_unreadable_reasons_are_error():
+    text = series().replace("0x0000000000000000", "[N/A]")
+    stability, _ = judge(text)
+    assert all(f.verdict is Verdict.ERROR and f.reason is ErrorReason.UNPARSEABLE for f in stability)
+
+
+# -- burnin.load ---------------------------------------------------------------------------------------------
+
+
+def test_a_later_iteration_slower_than_the_first_fails():
+    _, load = judge(series(), load_text(3, busbw=lambda n: 480.0 if n < 3 else 430.0))
+    assert load[0].verdict is Verdict.FAIL and "iteration 3 busbw 430" in load[0].summary
+    _, load = judge(series(), load_text(3, busbw=lambda n: 480.0 - n))  # within 5%
+    assert load[0].verdict is Verdict.PASS
+
+
+def test_a_failed_dcgm_iteration_fails_and_a_cut_off_load_is_error():
+    _, load = judge(series(), load_text(2, dcgm_rc=226, dcgm_result="Fail"))
+    assert load[0].verdict is Verdict.FAIL and "dcgm FAIL" in load[0].summary
+    cut = load_text(2).rsplit("@@rc 0\n@@done 2\n", 1)[0]
+    _, load = judge(series(), cut)
+    assert load[0].verdict is Verdict.ERROR
+
+
+# -- the simulator -------------------------------------------------------------------------------------------
+
+
+def _sim(faults, duration=600, interval=5):
+    catalog = ProfileCatalog()
+    profile = catalog.get("h100-sxm-8x")
+    scenario = NodeScenario("node01", profile, tuple(faults))
+    planned = specs_for([SAMPLER, LOAD], {}, heavy=True, profile=profile)
+    results = {}
+    for spec in burnin_specs(planned, {}, profile, duration, interval):
+        out = run_tool(scenario, spec.argv)
+        results[spec.name] = result(spec.name, out.stdout.decode(), out.rc, command=shlex.join(spec.argv))
+    ctx = context(results)
+    return run_check("burnin.stability", ctx), run_check("burnin.load", ctx)
+
+
+def test_sim_healthy_node_passes_and_throttle_after_fails_after_its_minutes():
+    stability, load = _sim(())
+    assert {f.verdict for f in stability} == {Verdict.PASS} and load[0].verdict is Verdict.PASS
+    stability, _ = _sim(("throttle_after:4:2",))
+    assert [(f.gpu, f.verdict) for f in stability if f.verdict is not Verdict.PASS] == [(2, Verdict.FAIL)]
+    gpu2 = next(f for f in stability if f.gpu == 2)
+    assert "sw_thermal_slowdown" in gpu2.summary and "from 4m00s" in gpu2.summary and "SM clock fell" in gpu2.summary
+    # Throttling after the burn-in's end is not seen.
+    stability, _ = _sim(("throttle_after:20",))
+    assert {f.verdict for f in stability} == {Verdict.PASS}
+    assert validate_fault("throttle_after:5") is None and validate_fault("throttle_after:x") is not None

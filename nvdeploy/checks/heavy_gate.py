@@ -7,7 +7,8 @@ Heavy tests take 20 minutes to hours and stress every GPU. They do not start whe
   (a GPU fell off the bus). A stress test there would only wait for its own timeout;
 - the node is busy (the busy guard): ``nvidia-smi --query-compute-apps`` lists compute processes, i.e. somebody's
   job runs there; a stress test would slow, kill or corrupt it. ``--allow-busy`` lifts this guard (not the
-  others). When the list cannot be read, the node counts as possibly busy: unknown is never "idle";
+  others). When the list cannot be read, the node counts as possibly busy: unknown is never "idle". A heavy
+  collector that loads no GPU (``Collector.loads_gpu`` False: storage) is not held by this guard;
 - the global ``--deadline`` passed (decided by the engine before each heavy collector).
 
 The checks that read a skipped collector are ERROR (``not_run``, or ``busy`` for the busy guard) with the reason,
@@ -33,6 +34,11 @@ HEAVY_RULE = ("Heavy check: it does not start (ERROR with the reason) when the n
               "run GPU work (nvidia-smi hung or non-zero, driver not loaded, a GPU lost, Xid 79): 'skipped: "
               "nvidia-smi hung'; when GPU compute processes run there (ERROR busy naming them; --allow-busy runs "
               "it anyway); or after the global --deadline.")
+# The same for a heavy check whose collector loads no GPU (storage): a GPU job on the node does not stop it.
+HEAVY_RULE_NO_GPU = ("Heavy check: it does not start (ERROR with the reason) when the node's light batch shows it "
+                     "cannot run GPU work (nvidia-smi hung or non-zero, driver not loaded, a GPU lost, Xid 79), or "
+                     "after the global --deadline. It loads no GPU: GPU compute processes on the node (somebody's "
+                     "job) do not keep it off, it waits for the node lock like every batch.")
 DEADLINE_SUMMARY = "skipped: the global --deadline passed"
 
 _SMI_RC = {
@@ -134,8 +140,9 @@ def compute_processes(results: Mapping[str, CommandResult]) -> Optional[list[str
 
 
 def heavy_skip(results: Mapping[str, CommandResult], facts: Mapping[str, Any],
-               allow_busy: bool = False) -> Optional[HeavySkip]:
-    """Why none of the node's heavy collectors may start; None when they may."""
+               allow_busy: bool = False, loads_gpu: bool = True) -> Optional[HeavySkip]:
+    """Why the node's heavy collectors may not start (those that load a GPU, or with ``loads_gpu`` False those
+    that do not: the busy guard does not hold them); None when they may."""
     unfit = unfit_reason(results, facts)
     if unfit is not None:
         smi = results.get(SMI)
@@ -143,7 +150,7 @@ def heavy_skip(results: Mapping[str, CommandResult], facts: Mapping[str, Any],
         # could not be run for the same cause, and --resume must redo an interrupted node.
         inherited = smi.error if smi is not None and smi.error in _INHERITED else None
         return HeavySkip(inherited or ErrorReason.NOT_RUN, f"skipped: {unfit}")
-    return None if allow_busy else busy_skip(results)
+    return None if allow_busy or not loads_gpu else busy_skip(results)
 
 
 def batch_refused(results: Mapping[str, CommandResult]) -> Optional[str]:

@@ -33,6 +33,9 @@ class Collector:
     # The timeout from the host vars when it depends on them (storage: one limit per path named); ``timeout_var``
     # still wins when set.
     timeout_for: Optional[Callable[[Mapping[str, Any]], float]] = None
+    # A heavy collector that puts no load on the GPUs (storage's fio/dd): GPU compute processes (the busy guard,
+    # checks/heavy_gate.py) do not keep it off the node, since the job's GPUs are not what it measures or disturbs.
+    loads_gpu: bool = True
 
     def spec(self, sudo: bool, timeout_s: Optional[float] = None) -> CommandSpec:
         return CommandSpec(self.name, self.argv, timeout_s or self.timeout_s, sudo=sudo and self.needs_root,

@@ -135,9 +135,10 @@ def build_storage(host_vars: Mapping[str, Any], profile: Any = None) -> tuple[st
 
 
 # Heavy: it loads the file system for up to a minute per path, so it runs alone after the light batch, like the
-# stress tests. Its timeout is the host var ``storage_collector_timeout`` or, by default, the per-path sum.
+# stress tests (and under the node lock, like every batch). It loads no GPU, so GPU compute processes do not keep it
+# off the node. Its timeout is the host var ``storage_collector_timeout`` or, by default, the per-path sum.
 STORAGE = Collector(
-    COLLECTOR, ("true",), float(2 * DEFAULT_RUNTIME_S + PATH_SLACK_S + 60), heavy=True,
+    COLLECTOR, ("true",), float(2 * DEFAULT_RUNTIME_S + PATH_SLACK_S + 60), heavy=True, loads_gpu=False,
     description="read and write throughput of each storage_paths path (fio, else dd with direct I/O)",
     timeout_var="storage_collector_timeout", build=build_storage, timeout_for=collector_timeout)
 

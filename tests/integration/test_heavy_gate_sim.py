@@ -175,3 +175,20 @@ def test_cli_allow_busy_flag_and_checks_show_say_the_rule(tmp_path):
     assert "skipped: nvidia-smi hung" in shown.output and "--allow-busy" in shown.output
     light = CliRunner().invoke(cli, ["checks", "show", "gpu.count"])
     assert "Heavy check" not in light.output
+
+
+def test_storage_is_measured_on_a_busy_node_while_the_gpu_tests_are_held(tmp_path):
+    """The busy guard is about the GPUs: storage.throughput loads none, so it runs beside somebody's GPU job."""
+    path = tmp_path / "busy.yaml"
+    path.write_text("all:\n  vars: {connection: sim, profile: h100-sxm-8x, command_timeout: 2, "
+                    "driver_version: '550.90.07', storage_paths: {/data: {read_gbps: 10}}}\n"
+                    "  hosts:\n    busy: {sim_faults: [gpu_busy]}\n")
+    outcome = run_validate(load_inventory(path, CATALOG), CATALOG, DEFAULT, tmp_path / "reports", level="standard")
+    busy = node(outcome, "busy")
+    for finding in heavy_findings(busy).values():
+        assert finding.verdict is Verdict.ERROR and finding.reason is ErrorReason.BUSY, finding
+    storage = [f for f in busy.findings if f.check == "storage.throughput"]
+    assert [(f.verdict, f.summary.split(" with ")[0]) for f in storage] == [
+        (Verdict.PASS, "/data write 12 GB/s"), (Verdict.PASS, "/data read 24 GB/s")], storage
+    assert "storage_throughput" in sent(outcome, "busy")
+    assert not sent(outcome, "busy") & set(HEAVY.values())

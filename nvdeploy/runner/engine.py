@@ -27,6 +27,8 @@ from nvdeploy.checks.heavy_gate import (
     batch_unsafe,
     heavy_skip,
 )
+from nvdeploy.collect.burnin_commands import COLLECTOR_NAMES as BURNIN_COLLECTORS
+from nvdeploy.collect.burnin_commands import burnin_specs
 from nvdeploy.collect.catalog import COLLECTORS, light_specs, specs_for
 from nvdeploy.config.inventory import Host
 from nvdeploy.config.profiles import ProfileCatalog
@@ -68,6 +70,11 @@ class EngineOptions:
     waivers: tuple[Any, ...] = field(default=(), compare=False)
     # The accepted run (validate --baseline RUN_DIR): fleet.performance's peers where this run has too few nodes.
     fleet_baseline: Optional[str] = None
+    # validate --burn-in DURATION (collect/burnin_commands.py): the heavy tests repeated for that many seconds with the
+    # sampler beside them, in one batch after the other heavy collectors; None: no burn-in.
+    burn_in_s: Optional[float] = None
+    # The sampler's interval (--burn-in-interval); None: host var burnin_interval, else 5 s.
+    burn_in_interval_s: Optional[float] = None
 
     def __post_init__(self) -> None:
         if self.sudo_gate is None and self.sudo_password:
@@ -76,6 +83,9 @@ class EngineOptions:
     def __repr__(self) -> str:  # the password must never reach a log through a repr
         return (f"EngineOptions(forks={self.forks}, deadline_s={self.deadline_s}, "
                 f"connect_timeout_s={self.connect_timeout_s}, checks={len(self.checks)})")
+
+
+NO_BURN_IN_SKIP = HeavySkip(ErrorReason.NOT_RUN, "not run: no burn-in was asked for (validate --burn-in DURATION)")
 
 
 class Interrupted(Exception):
@@ -181,20 +191,24 @@ class NodeRunner:
         return None if self.deadline_at is None else self.deadline_at - time.monotonic()
 
     def _run_heavy(self, transport: Transport, heavy: Sequence[CommandSpec], results: list[CommandResult],
-                   node: str = "") -> tuple[list[CommandResult], dict[str, HeavySkip]]:
+                   node: str = "", burn_in: Sequence[CommandSpec] = ()) -> tuple[list[CommandResult],
+                                                                              dict[str, HeavySkip]]:
         """Run the heavy collectors one by one after the light batch, unless the light batch says the node cannot
-        take them (checks/heavy_gate.py) or the deadline passed; returns the results and what was skipped, why."""
+        take them (checks/heavy_gate.py) or the deadline passed; then the burn-in's collectors together in one
+        batch (the sampler must run beside the load); returns the results and what was skipped, why."""
         skipped: dict[str, HeavySkip] = {}
-        if not heavy:
+        if not heavy and not burn_in:
             return results, skipped
         light = {r.name: r for r in results}
         facts = node_facts(light)
         gate = heavy_skip(light, facts, self.options.allow_busy)
         # A collector that loads no GPU (storage) runs beside GPU compute processes: the busy guard is about GPUs.
         gate_no_gpu = heavy_skip(light, facts, self.options.allow_busy, loads_gpu=False)
-        for spec in heavy:
+        batches = [[spec] for spec in heavy] + ([list(burn_in)] if burn_in else [])
+        for batch in batches:
+            spec = batch[0]
             if self.stopping.is_set():
-                skipped[spec.name] = INTERRUPTED_SKIP
+                skipped.update({s.name: INTERRUPTED_SKIP for s in batch})
                 continue
             remaining = self._remaining()
             # Under a second left is a deadline passed: the test could only start and be cut at once.
@@ -202,14 +216,14 @@ class NodeRunner:
             skip = (gate if loads_gpu else gate_no_gpu) or (DEADLINE_SKIP if remaining is not None and remaining < 1.0
                                                             else None)
             if skip is not None:
-                skipped[spec.name] = skip
+                skipped.update({s.name: skip for s in batch})
                 continue
-            self._doing(node, spec.name)
+            self._doing(node, "burn-in" if len(batch) > 1 else spec.name)
             try:
-                results = results + transport.run_batch(_capped([spec], remaining), remaining)
+                results = results + transport.run_batch(_capped(batch, remaining), remaining)
             except TransportError as exc:  # the connection dropped mid-test: that check is ERROR, not the run
-                results = results + [CommandResult(spec.name, spec.display, None, error=exc.reason,
-                                                   error_detail=exc.detail)]
+                results = results + [CommandResult(s.name, s.display, None, error=exc.reason,
+                                                   error_detail=exc.detail) for s in batch]
         return results, skipped
 
     def _run(self, host: Host, started: float) -> NodeResult:
@@ -242,7 +256,17 @@ class NodeRunner:
                             node=host.name, observed=round(connected, 3), unit="s")
             needed = [c for check_id in self.node_checks for c in CHECKS[check_id].collectors]
             heavy = specs_for(needed, host.vars, heavy=True, profile=profile)
-            if heavy:
+            burn_in = [s for s in heavy if s.name in BURNIN_COLLECTORS]
+            heavy = [s for s in heavy if s.name not in BURNIN_COLLECTORS]
+            no_burn_in: dict[str, HeavySkip] = {}
+            if burn_in and self.options.burn_in_s is None:
+                # A burn-in check chosen without --burn-in: nothing says how long; its checks are ERROR not_run.
+                no_burn_in = {s.name: NO_BURN_IN_SKIP for s in burn_in}
+                burn_in = []
+            elif burn_in:
+                burn_in = burnin_specs(burn_in, host.vars, profile, self.options.burn_in_s,
+                                       self.options.burn_in_interval_s)
+            if heavy or burn_in:
                 needed += [c for c in GUARD_COLLECTORS if c not in needed]
             remaining = self._remaining()
             self._doing(host.name, "light batch")
@@ -262,7 +286,8 @@ class NodeRunner:
                                remediation=Remediation.INVESTIGATE)
                 return NodeResult(host.name, (reach, busy), address=host.address, profile=profile.stamp,
                                   connection=host.connection, duration_s=time.monotonic() - started)
-            results, skipped = self._run_heavy(transport, heavy, results, host.name)
+            results, skipped = self._run_heavy(transport, heavy, results, host.name, burn_in)
+            skipped.update(no_burn_in)
         finally:
             transport.close()
             with self._lock:

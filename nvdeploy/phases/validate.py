@@ -155,6 +155,9 @@ def run_validate(inventory: Inventory, catalog: ProfileCatalog, options: EngineO
               "fail_on_warn": fail_on_warn, "checks": list(options.checks), "racks": racks_of(inventory.hosts)}
     if options.waivers:
         header["waivers"] = [w.to_dict() for w in options.waivers]
+    if options.burn_in_s is not None:
+        # validate --burn-in: a resumed run burns its remaining nodes in for as long as the first ones.
+        header["burn_in"] = {"seconds": options.burn_in_s, "interval_s": options.burn_in_interval_s}
     if FLEET_CHECK in options.checks:
         # Each profile's fleet rule, kept with the run so that a resumed or rebuilt run judges its figures alike.
         header["fleet"] = {catalog.get(name).stamp: fleet_section(catalog.get(name)) for name in profiles}
@@ -326,6 +329,11 @@ def resume_validate(run_dir: Path, inventory: Inventory, catalog: ProfileCatalog
     recorder.journal({"type": "resume", "at": _now(), "nodes": [h.name for h in plan.todo]})
     if header.get("checks"):
         options = replace(options, checks=tuple(header["checks"]))
+    burn_in = header.get("burn_in")
+    if isinstance(burn_in, dict) and isinstance(burn_in.get("seconds"), (int, float)):
+        interval = burn_in.get("interval_s")
+        options = replace(options, burn_in_s=float(burn_in["seconds"]),
+                          burn_in_interval_s=float(interval) if isinstance(interval, (int, float)) else None)
     return _execute(header, list(plan.todo), list(plan.kept), recorder, catalog, options,
                     bool(header.get("fail_on_warn")), progress, list(plan.hosts))
 

@@ -19,7 +19,7 @@ BATCH_OVERHEAD_S = 45.0
 # After validation, inside the reservation: the node states read again, drains/resumes, the reports.
 CLOSE_S = 60.0
 TIMEOUT_VARS = ("command_timeout", "dcgm_timeout", "nccl_timeout", "container_timeout", "connect_timeout",
-                "sudo", "gpudirect_timeout")
+                "sudo", "gpudirect_timeout", "burnin_interval")
 
 
 @dataclass(frozen=True)
@@ -28,14 +28,23 @@ class Budget:
     detail: str
 
 
-def _node_s(host: Any, catalog: Any, checks: Sequence[str], connect_s: float) -> tuple[float, str]:
+def _node_s(host: Any, catalog: Any, checks: Sequence[str], connect_s: float,
+            burn_in_s: Optional[float] = None, burn_in_interval_s: Optional[float] = None) -> tuple[float, str]:
     from nvdeploy.checks import CHECKS
+    from nvdeploy.collect.burnin_commands import COLLECTOR_NAMES, burnin_specs
     from nvdeploy.collect.catalog import light_specs, specs_for
 
     profile = catalog.get(host.profile) if host.profile else None
     needed = [c for check in checks if check in CHECKS for c in CHECKS[check].collectors]
     light = light_specs(host.vars, needed, profile)
     heavy = specs_for(needed, host.vars, heavy=True, profile=profile)
+    # The burn-in's sampler and load run side by side in one batch (runner/engine.py): counted once, at the longer
+    # limit, for the run's duration; without --burn-in they are not run at all.
+    burn_in = [s for s in heavy if s.name in COLLECTOR_NAMES]
+    heavy = [s for s in heavy if s.name not in COLLECTOR_NAMES]
+    if burn_in and burn_in_s is not None:
+        burn = burnin_specs(burn_in, host.vars, profile, burn_in_s, burn_in_interval_s)
+        heavy.append(max(burn, key=lambda s: s.timeout_s))
     connect = float(host.vars.get("connect_timeout", connect_s))
     total = connect + (max((s.timeout_s for s in light), default=0.0) + BATCH_OVERHEAD_S if light else 0.0)
     total += sum(s.timeout_s + BATCH_OVERHEAD_S for s in heavy)
@@ -44,8 +53,10 @@ def _node_s(host: Any, catalog: Any, checks: Sequence[str], connect_s: float) ->
 
 
 def worst_case(hosts: Sequence[Any], catalog: Any, checks: Sequence[str], forks: int, connect_s: float,
-               deadline_s: Optional[float], pattern: str = "bisect", via_slurm: bool = False) -> Budget:
-    """The run's worst-case duration in seconds, and what it is made of (for the refusal message)."""
+               deadline_s: Optional[float], pattern: str = "bisect", via_slurm: bool = False,
+               burn_in_s: Optional[float] = None, burn_in_interval_s: Optional[float] = None) -> Budget:
+    """The run's worst-case duration in seconds, and what it is made of (for the refusal message); ``burn_in_s``:
+    validate --burn-in's duration (its batch is counted per node)."""
     if deadline_s is not None:
         return Budget(deadline_s + BATCH_OVERHEAD_S + CLOSE_S, f"--deadline {deadline_s:g} s")
     per_node: dict[tuple, tuple[float, str]] = {}
@@ -53,7 +64,7 @@ def worst_case(hosts: Sequence[Any], catalog: Any, checks: Sequence[str], forks:
     for host in hosts:
         key = (host.profile, tuple(str(host.vars.get(k)) for k in TIMEOUT_VARS))
         if key not in per_node:
-            per_node[key] = _node_s(host, catalog, checks, connect_s)
+            per_node[key] = _node_s(host, catalog, checks, connect_s, burn_in_s, burn_in_interval_s)
         if per_node[key][0] > longest:
             longest, why = per_node[key]
     waves = 1 if via_slurm else math.ceil(len(hosts) / max(1, forks))

@@ -117,3 +117,36 @@ def test_validate_without_burn_in_plans_none(tmp_path, monkeypatch):
     outcome = run(tmp_path, {"n1": []}, checks=QUICK, burn_in_s=None)
     assert SAMPLER not in sent and LOAD not in sent
     assert not [f for n in outcome.run.nodes for f in n.findings if f.check.startswith("burnin.")]
+
+
+def test_resume_burns_in_the_remaining_nodes_for_the_runs_duration(tmp_path):
+    from nvdeploy.phases.validate import resume_validate
+
+    first = run(tmp_path, {"a": [], "b": ["throttle_after:1"]})
+    journal = first.run_dir / "results.jsonl"
+    header = json.loads(journal.read_text().splitlines()[0])
+    assert header["burn_in"] == {"seconds": 300.0, "interval_s": 2.0}
+    # As if the run had been stopped before b finished: only a's result is in the journal.
+    kept = [line for line in journal.read_text().splitlines()
+            if json.loads(line).get("type") != "node" or json.loads(line)["node"]["name"] == "a"]
+    journal.write_text("\n".join(kept) + "\n")
+    inv = load_inventory(inventory(tmp_path, {"a": [], "b": ["throttle_after:1"]}), CATALOG)
+    resumed = resume_validate(first.run_dir, inv, CATALOG, EngineOptions())  # no burn-in given: the header's
+    hot = findings(resumed, "b", "burnin.stability")
+    assert len(hot) == 8 and {f.verdict for f in hot} == {Verdict.FAIL}
+    assert "151 samples over 5m00s" in hot[0].summary
+
+
+def test_slurm_budget_covers_the_burn_in_once_per_node():
+    from nvdeploy.config.inventory import Host
+    from nvdeploy.slurm.budget import worst_case
+
+    hosts = [Host(f"gpu{i}", {"profile": "h100-sxm-8x"}) for i in range(2)]
+    plain = worst_case(hosts, CATALOG, QUICK, 64, 10.0, None)
+    burn = worst_case(hosts, CATALOG, BURN, 64, 10.0, None, burn_in_s=4 * 3600.0)
+    # The load's limit: 4 h, one more DCGM (1200 s) and nccl-tests (900 s) iteration, kill grace and slack; the
+    # sampler beside it is not added.
+    assert burn.seconds - plain.seconds == 4 * 3600 + 1200 + 900 + 20 + 60 + 45
+    assert "burnin_load 16580 s" in burn.detail
+    # Burn-in checks planned without a duration run nothing, and cost nothing.
+    assert worst_case(hosts, CATALOG, BURN, 64, 10.0, None).seconds == plain.seconds

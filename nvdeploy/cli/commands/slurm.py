@@ -188,7 +188,8 @@ def _refuse_short_reservation(inv: Any, catalog: Any, options: Any, level: str, 
     from nvdeploy.slurm.budget import minutes, worst_case
 
     need = worst_case(inv.hosts, catalog, options.checks, options.forks, options.connect_timeout_s,
-                      options.deadline_s, options.multinode_pattern, slurm.via == "slurm")
+                      options.deadline_s, options.multinode_pattern, slurm.via == "slurm",
+                      options.burn_in_s, options.burn_in_interval_s)
     need_s = need.seconds + slurm.wait_drain_s
     assert slurm.maintenance_s is not None
     if slurm.maintenance_s >= need_s:

@@ -50,6 +50,9 @@ DEFAULT_RULE = FleetRule()
 
 
 _GPU_HINT = "check its clocks and throttling (clocks.throttle), power and cooling, PCIe and NVLink, then re-test"
+# Host copies go over the GPU's PCIe link (or NVLink-C2C on Grace) to the CPU's memory.
+_HOST_COPY_HINT = ("check the GPU's PCIe link (pcie.link) or NVLink-C2C, the CPU and NUMA placement of the copy, "
+                   "IOMMU and ACS settings, then re-test")
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,10 @@ FIGURES = (
     Figure("storage_write_gbps", "storage_write_gbps", "storage write throughput", "GB/s", False,
            "storage.throughput", per_path=True, hint="check the mount and its client, the device's health (nvme "
            "smart-log), the storage network, and what else loads the path, then re-test"),
+    Figure("nvbandwidth_h2d_gbps", "nvbandwidth_h2d_gbps", "nvbandwidth host-to-device copy bandwidth", "GB/s", True,
+           "nvbandwidth.copies", hint=_HOST_COPY_HINT),
+    Figure("nvbandwidth_d2h_gbps", "nvbandwidth_d2h_gbps", "nvbandwidth device-to-host copy bandwidth", "GB/s", True,
+           "nvbandwidth.copies", hint=_HOST_COPY_HINT),
 )
 
 

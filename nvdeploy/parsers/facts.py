@@ -112,7 +112,35 @@ def summary_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
     if gflops:
         out["dcgm_diag_gflops"] = gflops
     out.update(storage_figures(facts.get("storage")))
+    out.update(nvbandwidth_figures(facts.get("nvbandwidth")))
     return out
+
+
+# nvbandwidth's host<->device copy-engine testcases -> the summary fact of their per-GPU figure.
+NVBANDWIDTH_FIGURES = {"host_to_device_memcpy_ce": "nvbandwidth_h2d_gbps",
+                       "device_to_host_memcpy_ce": "nvbandwidth_d2h_gbps"}
+
+
+def nvbandwidth_figures(run: Any) -> dict[str, dict[str, float]]:
+    """``nvbandwidth_h2d_gbps`` / ``nvbandwidth_d2h_gbps``: {GPU index (str): GB/s} of the host<->device copies
+    that passed (fleet.performance compares each GPU with its peers); a testcase that did not pass is left out.
+
+    nvbandwidth prints these testcases as one row of GPU columns (CPU(row) -> GPU(column)); a matrix of one column
+    of GPU rows is read the same way."""
+    out: dict[str, dict[str, float]] = {}
+    for name, fact in NVBANDWIDTH_FIGURES.items():
+        case = run.testcase(name) if run is not None else None
+        if case is None or case.status != "Passed" or not case.matrix:
+            continue
+        if len(case.matrix) == 1:
+            cells = dict(enumerate(case.matrix[0]))
+        else:
+            cells = {i: row[0] if row else None for i, row in enumerate(case.matrix)}
+        values = {str(gpu): round(value, 3) for gpu, value in cells.items() if value is not None}
+        if values:
+            out[fact] = values
+    return out
+
 
 
 def storage_figures(run: Optional[StorageRun]) -> dict[str, dict[str, float]]:

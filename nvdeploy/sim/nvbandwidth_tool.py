@@ -16,6 +16,8 @@ Faults:
 - ``c2c_slow``: on a Grace tray (a profile with ``nvlink_domain``), host<->device copies at PCIe Gen5 speed, as when
   the NVLink-C2C path is down and traffic falls back (or C2C is disabled).
 - ``driver_missing``: nvbandwidth cannot initialise CUDA (exit 1, nothing measured).
+- ``fleet_spread``, ``slower:<PCT>`` (nvdeploy/sim/perf.py): every figure varies by node, or is PCT% of a healthy
+  node's.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from nvdeploy.sim import perf
 from nvdeploy.sim.scenario import NodeScenario, node_facts, register_fault
 from nvdeploy.sim.tools import ToolOutput, register_tool
 
@@ -52,7 +55,10 @@ def _figures(scenario: NodeScenario) -> tuple[float, float, float]:
         peer = float(floors["device_to_device_gbps"]) * HEALTHY_OVER_FLOOR
     if scenario.has("c2c_slow") and getattr(hw, "nvlink_domain", None) is not None:
         h2d, d2h = PCIE_GEN5
-    return h2d, d2h, peer
+    # fleet_spread, slower:<PCT> (nvdeploy/sim/perf.py): a slow node copies slower too, so fleet.performance can
+    # name it against its peers while it still clears the floors.
+    speed = perf.factor(scenario.name, scenario.faults)
+    return h2d * speed, d2h * speed, peer * speed
 
 
 def _matrix(name: str, gpus: int, figures: tuple[float, float, float]) -> list[list[float | None]]:

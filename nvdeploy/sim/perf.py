@@ -2,7 +2,8 @@
 faults that make one node or one GPU slower than its peers while it stays above every profile floor.
 
 Every measured figure the simulator prints is a healthy figure times :func:`factor`: nccl-tests busbw (single node,
-and a multi-node group, which goes as fast as its slowest member) and the DCGM diag Diagnostic (GEMM) gigaflops.
+and a multi-node group, which goes as fast as its slowest member), the DCGM diag Diagnostic (GEMM) gigaflops, the
+nvbandwidth copy bandwidths and the storage throughput.
 
 Faults (``sim_faults``):
 
@@ -30,8 +31,8 @@ SLOWER = re.compile(rf"slower:({_PCT})")
 SLOWER_GPU = re.compile(rf"slower_gpu:([0-9]{{1,3}}):({_PCT})")
 
 register_fault("fleet_spread", "healthy measured figures vary by up to +-1%, deterministically by node name (and GPU)")
-register_fault("slower", "slower:<PCT>: every measured figure of the node (nccl busbw, DCGM gigaflops) at PCT% of a "
-               "healthy node's", pattern=SLOWER.pattern)
+register_fault("slower", "slower:<PCT>: every measured figure of the node (nccl busbw, DCGM gigaflops, nvbandwidth, "
+               "storage) at PCT% of a healthy node's", pattern=SLOWER.pattern)
 register_fault("slower_gpu", "slower_gpu:<GPU>:<PCT>: that GPU's DCGM Diagnostic gigaflops at PCT% of a healthy "
                "GPU's", pattern=SLOWER_GPU.pattern)
 

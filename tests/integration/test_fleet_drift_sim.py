@@ -28,12 +28,17 @@ def test_a_node_that_fell_since_the_accepted_run_is_warned_and_its_trend_shown(t
     first, data, accepted = _validate(tmp_path, "")
     assert not [f for f in data["cluster_findings"] if f["check"] == "fleet.drift"], first.output  # no baseline
     result, data, _ = _validate(tmp_path, "gpu04", "--baseline", str(accepted))
-    (cluster,) = [f for f in data["cluster_findings"] if f["check"] == "fleet.drift"]
+    drift = {f["observed"]["figure"]: f for f in data["cluster_findings"] if f["check"] == "fleet.drift"}
+    # slower:94 slows every figure the standard level measures: the busbw, and each GPU's host copies.
+    assert set(drift) == {"nccl_busbw", "nvbandwidth_h2d_gbps", "nvbandwidth_d2h_gbps"}, result.output
+    cluster = drift["nccl_busbw"]
     assert cluster["verdict"] == "WARN" and cluster["observed"]["compared"] == 10, result.output
     assert [(d["node"], d["pct_fall"]) for d in cluster["observed"]["fallen"]] == [("gpu04", 6.0)]
+    for figure in ("nvbandwidth_h2d_gbps", "nvbandwidth_d2h_gbps"):
+        assert {(d["node"], d["gpu"]) for d in drift[figure]["observed"]["fallen"]} == {("gpu04", g) for g in range(8)}
     warned = {n["name"]: [f for f in n["findings"] if f["check"] == "fleet.drift"] for n in data["nodes"]}
     assert {name for name, found in warned.items() if found} == {"gpu04"}
-    (finding,) = warned["gpu04"]
+    finding = next(f for f in warned["gpu04"] if f["gpu"] is None)
     assert " fell 6.0% since the accepted run " in finding["summary"] and finding["verdict"] == "WARN"
     trend = CliRunner().invoke(cli, ["history", "--db", str(tmp_path / "r" / "history.sqlite"), "--node", "gpu04",
                                      "--figure", "nccl_busbw"])

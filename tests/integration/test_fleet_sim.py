@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from nvdeploy.checks.fleet import FIGURES
 from nvdeploy.config.inventory import load_inventory
 from nvdeploy.config.levels import load_levels
 from nvdeploy.config.profiles import ProfileCatalog
@@ -67,16 +68,29 @@ def outcome(tmp_path_factory):
     return run(tmp_path_factory.mktemp("fleet32"), 32, FAULTS)
 
 
+def by_figure(findings) -> dict[str, list]:
+    """A node's fleet findings by the figure they name: {figure id: [(GPU or -1, verdict)]}."""
+    out: dict[str, list] = {}
+    for f in findings:
+        (figure,) = [fig.id for fig in FIGURES if re.sub(r"^GPU[0-9]+: ", "", f.summary).startswith(fig.what + " ")]
+        out.setdefault(figure, []).append((f.gpu if f.gpu is not None else -1, f.verdict))
+    return {k: sorted(v) for k, v in out.items()}
+
+
 def test_exactly_the_slow_node_and_gpu_are_named(outcome):
     named = {name for name, found in fleet_findings(outcome).items() if found}
     assert named == {SLOW, SLOW_GPU_NODE, SLIGHTLY_SLOW}
     found = fleet_findings(outcome)
-    # gpu07: its busbw and each of its 8 GPUs; gpu19: GPU3 only; gpu25 (4% slower, MAD ~0.5%): its busbw and GPUs.
-    assert sorted((f.gpu if f.gpu is not None else -1, f.verdict) for f in found[SLOW]) == \
-        [(-1, Verdict.FAIL)] + [(g, Verdict.FAIL) for g in range(8)]
+    # gpu07: its busbw, and each of its 8 GPUs' gigaflops and host copies; gpu19: GPU3's gigaflops only (its copies
+    # are at full speed); gpu25 (4% slower, MAD ~0.5%): the same figures as gpu07.
+    every_gpu = [(g, Verdict.FAIL) for g in range(8)]
+    assert by_figure(found[SLOW]) == {"nccl_busbw": [(-1, Verdict.FAIL)], "dcgm_gflops": every_gpu,
+                                      "nvbandwidth_h2d_gbps": every_gpu, "nvbandwidth_d2h_gbps": every_gpu}
     assert [(f.gpu, f.verdict) for f in found[SLOW_GPU_NODE]] == [(3, Verdict.FAIL)]
     assert found[SLOW_GPU_NODE][0].observed.endswith(" gigaflops")
-    assert sorted(f.gpu if f.gpu is not None else -1 for f in found[SLIGHTLY_SLOW]) == [-1, *range(8)]
+    assert {k: [g for g, _ in v] for k, v in by_figure(found[SLIGHTLY_SLOW]).items()} == {
+        "nccl_busbw": [-1], "dcgm_gflops": list(range(8)), "nvbandwidth_h2d_gbps": list(range(8)),
+        "nvbandwidth_d2h_gbps": list(range(8))}
     assert all(f.verdict in (Verdict.WARN, Verdict.FAIL) for f in found[SLIGHTLY_SLOW])
 
 
@@ -137,7 +151,7 @@ def test_a_report_rebuilt_from_the_journal_judges_alike(outcome, tmp_path):
     rebuilt = rebuild_reports(copy)
     before = [(f.summary, f.verdict) for f in outcome.run.cluster_findings if f.check == "fleet.performance"]
     after = [(f.summary, f.verdict) for f in rebuilt.run.cluster_findings if f.check == "fleet.performance"]
-    assert after == before and len(after) == 2
+    assert after == before and len(after) == 4
     assert {n.name for n in rebuilt.run.nodes if any(f.check == "fleet.performance" for f in n.findings)} == \
         {SLOW, SLOW_GPU_NODE, SLIGHTLY_SLOW}
 
@@ -145,7 +159,8 @@ def test_a_report_rebuilt_from_the_journal_judges_alike(outcome, tmp_path):
 def test_a_small_fleet_says_it_is_too_small(tmp_path):
     outcome = run(tmp_path, 3, {"gpu02": ["slower:80"]}, checks=LEVELS["standard"], level="standard")
     fleet = [f for f in outcome.run.cluster_findings if f.check == "fleet.performance"]
-    assert [(f.observed["figure"], f.verdict) for f in fleet] == [("nccl_busbw", Verdict.SKIP)]
+    assert [(f.observed["figure"], f.verdict) for f in fleet] == [
+        ("nccl_busbw", Verdict.SKIP), ("nvbandwidth_h2d_gbps", Verdict.SKIP), ("nvbandwidth_d2h_gbps", Verdict.SKIP)]
     assert "measured on 3 nodes, fewer than the 8 needed" in fleet[0].summary
     assert not any(fleet_findings(outcome).values())
 
@@ -193,3 +208,30 @@ def test_validate_baseline_gives_the_fleet_its_peers(tmp_path):
                   and f["observed"]["figure"] == "nccl_busbw"]
     assert finding["verdict"] == "FAIL" and "7 of them from baseline run" in finding["summary"], result.output
     assert result.exit_code == 1
+
+
+def test_a_b300_node_with_slow_host_copies_is_named_on_the_nvbandwidth_figures(tmp_path):
+    """8 HGX B300 nodes at standard, one at 92% (slower:92): its host copies still clear the nvbandwidth floors
+    (45 GB/s; healthy ~56), and fleet.performance names it on both nvbandwidth figures, every GPU, and nobody else."""
+    lines = ["all:", "  vars: {connection: sim, profile: b300-8x, cluster: b300, dcgm_timeout: 30, nccl_timeout: 30}",
+             "  hosts:"]
+    lines += [f"    b{i}: {{sim_faults: {json.dumps(['fleet_spread', *(['slower:92'] if i == 3 else [])])}}}"
+              for i in range(1, 9)]
+    path = tmp_path / "b300.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    outcome = run_validate(load_inventory(path, CATALOG), CATALOG, EngineOptions(checks=LEVELS["standard"]),
+                           tmp_path / "r", level="standard")
+    slow = next(n for n in outcome.run.nodes if n.name == "b3")
+    copies = [f for f in slow.findings if f.check == "nvbandwidth.copies"]
+    assert copies and all(f.verdict is Verdict.PASS for f in copies), copies
+    for figure in ("nvbandwidth_h2d_gbps", "nvbandwidth_d2h_gbps"):
+        cluster = cluster_finding(outcome, figure)
+        assert cluster.verdict is Verdict.FAIL and cluster.observed["nodes"] == 8, cluster.summary
+        assert cluster.observed["samples"] == 64
+        assert {(o["node"], o["gpu"]) for o in cluster.observed["outliers"]} == {("b3", g) for g in range(8)}
+        assert all(7 <= o["pct_below"] <= 10 for o in cluster.observed["outliers"]), cluster.observed["outliers"]
+    named = by_figure(fleet_findings(outcome)["b3"])
+    assert named["nvbandwidth_h2d_gbps"] == named["nvbandwidth_d2h_gbps"] == [(g, Verdict.FAIL) for g in range(8)]
+    summary = next(f.summary for f in fleet_findings(outcome)["b3"] if f.summary.startswith("GPU0: nvbandwidth h"))
+    assert "below the median of 8 b300-8x" in summary and "pcie.link" in summary, summary
+    assert {n for n, found in fleet_findings(outcome).items() if found} == {"b3"}

@@ -142,7 +142,6 @@ def nvbandwidth_figures(run: Any) -> dict[str, dict[str, float]]:
     return out
 
 
-
 def storage_figures(run: Optional[StorageRun]) -> dict[str, dict[str, float]]:
     """``storage_read_gbps`` / ``storage_write_gbps``: {path: GB/s} of the paths measured to the end
     (fleet.performance compares each path across nodes); a direction no path measured is left out."""

@@ -125,8 +125,8 @@ def nvbandwidth_figures(run: Any) -> dict[str, dict[str, float]]:
     """``nvbandwidth_h2d_gbps`` / ``nvbandwidth_d2h_gbps``: {GPU index (str): GB/s} of the host<->device copies
     that passed (fleet.performance compares each GPU with its peers); a testcase that did not pass is left out.
 
-    nvbandwidth prints these testcases as one row of GPU columns (CPU(row) -> GPU(column)); a matrix of one column
-    of GPU rows is read the same way."""
+    nvbandwidth prints each of these testcases as one row of GPU columns (the real v0.10 captures in
+    tests/fixtures/real/nvbandwidth); a matrix of one column of GPU rows is read the same way."""
     out: dict[str, dict[str, float]] = {}
     for name, fact in NVBANDWIDTH_FIGURES.items():
         case = run.testcase(name) if run is not None else None

@@ -167,3 +167,19 @@ def test_nvbandwidth_section_is_strict(tmp_path, body, message, key):
     with pytest.raises(ConfigError) as caught:
         load_profile_file(path)
     assert message in str(caught.value) and key in str(caught.value) and "p.yaml" in str(caught.value)
+
+
+def test_host_copy_figures_per_gpu_from_the_real_captures_for_the_fleet_rule():
+    """fleet.performance's nvbandwidth figures: each GPU's host copies, as the real captures print them."""
+    from nvdeploy.parsers.facts import nvbandwidth_figures, summary_facts
+
+    b300 = nvbandwidth_figures(parse_nvbandwidth(B300))
+    assert b300["nvbandwidth_h2d_gbps"] == {"0": 55.59, "1": 55.6, "2": 55.6, "3": 55.59, "4": 55.58, "5": 55.6,
+                                            "6": 55.58}
+    assert len(b300["nvbandwidth_d2h_gbps"]) == 7
+    assert nvbandwidth_figures(parse_nvbandwidth(AZURE)) == {"nvbandwidth_h2d_gbps": {"0": 26.03, "1": 25.94},
+                                                             "nvbandwidth_d2h_gbps": {"0": 25.97, "1": 26.0}}
+    assert "nvbandwidth_h2d_gbps" in summary_facts({"nvbandwidth": parse_nvbandwidth(AZURE)})
+    # A testcase that did not pass measured nothing to compare; no run, no figures.
+    cut = parse_nvbandwidth(AZURE.split("SUM host_to_device_memcpy_ce")[0])
+    assert nvbandwidth_figures(cut) == {} and nvbandwidth_figures(None) == {}

@@ -1,4 +1,5 @@
-"""DCGM checks: ``dcgmi discovery -l`` GPU count, and ``dcgmi diag -r 1|2|3|4`` per-GPU per-test verdicts.
+"""DCGM checks: ``dcgmi discovery -l`` GPU count, ``dcgmi diag -r 1|2|3|4`` per-GPU per-test verdicts, and
+``dcgmi health`` (the background health watches) per GPU and system.
 
 DCGM not installed (``dcgmi`` exit 127) or nv-hostengine not running is ERROR with that reason, never FAIL and
 never PASS. The diag level is chosen by the check: ``dcgm.diag_r2`` reads collector ``dcgm_diag_r2`` and so on.
@@ -15,6 +16,7 @@ from nvdeploy.collect.datacenter import DCGM_TIMEOUTS, dcgm_diag_collector
 from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
 
 DISCOVERY = "dcgm_discovery"
+HEALTH = "dcgm_health"
 NOT_INSTALLED = "DCGM is not installed (install datacenter-gpu-manager and enable nvidia-dcgm/nv-hostengine)"
 HOSTENGINE_DOWN = ("nv-hostengine is not running: dcgmi cannot reach it (systemctl enable --now nvidia-dcgm, or "
                    "start nv-hostengine)")
@@ -45,7 +47,7 @@ def _dcgm_gate(ctx: NodeContext, check_id: str, collector: str, tool: str) -> Op
         return gated
     result = ctx.results[collector]
     text = result.text + "\n" + result.err_text
-    facts: Any = ctx.facts.get("dcgm_discovery") if collector == DISCOVERY else \
+    facts: Any = ctx.facts.get(collector) if collector in (DISCOVERY, HEALTH) else \
         ctx.facts.get("dcgm_diag", {}).get(int(collector[-1]))
     unreachable = result.rc not in (0, DIAG_FAILED_RC) and re.search(
         r"unable to (?:establish a connection|connect to)|host ?engine", text, re.IGNORECASE)
@@ -81,6 +83,100 @@ def dcgm_discovery(ctx: NodeContext) -> list[Finding]:
                             observed=seen, expected=expected, remediation=Remediation.ISOLATE, collector=DISCOVERY)]
     return [ctx.finding("dcgm.discovery", Verdict.PASS, f"DCGM sees {seen} GPUs{extra}", observed=seen,
                         expected=expected, collector=DISCOVERY)]
+
+
+# What to do about a health Failure, by DCGM's system name (its own next steps, nvdeploy's actions): memory (double-bit
+# ECC, row remap failure) and driver (Xid) faults clear with a GPU reset, PCIe/NVLink/ConnectX ones are the board's
+# or cable's (drain and reseat), thermal/power/InfoROM ones need a look at the machine first.
+_HEALTH_ACTIONS = {"memory system": Remediation.RESET_GPU, "driver": Remediation.RESET_GPU,
+                   "pcie system": Remediation.ISOLATE, "nvlink system": Remediation.ISOLATE,
+                   "connectx system": Remediation.ISOLATE, "thermal system": Remediation.INVESTIGATE,
+                   "power system": Remediation.INVESTIGATE, "inforom system": Remediation.INVESTIGATE}
+_HEALTH_VERDICTS = {"Failure": Verdict.FAIL, "Warning": Verdict.WARN}
+
+
+def _where(entity: Any) -> str:
+    ident = entity.entity_id if entity.entity_id is not None else (entity.label or "?")
+    return f"GPU{ident}" if entity.group.upper() == "GPU" else f"{entity.group} {ident}"
+
+
+@register("dcgm.health", collectors=(HEALTH,))
+def dcgm_health(ctx: NodeContext) -> list[Finding]:
+    """Runs ``dcgmi health -g 0 -s a`` then ``dcgmi health -g 0 -c -j`` (one command, 60 s): DCGM's health watches
+    (driver, memory, NVLink, PCIe, thermal, power, InfoROM, NvSwitch, ConnectX where DCGM has it) on the default
+    group of all GPUs. Setting the watches changes the host engine's state: they stay on for the group.
+
+    PASS: Overall Health ``Healthy`` (DCGM lists no incident on any GPU). Per GPU and system: ``Failure`` is FAIL
+    naming the GPU, the system and DCGM's message (RESET_GPU for memory and driver faults, ISOLATE for PCIe, NVLink
+    and ConnectX, INVESTIGATE for thermal, power and InfoROM); ``Warning`` is WARN (MONITOR). ERROR: DCGM not
+    installed or nv-hostengine not running (as the other DCGM checks), the watches could not be set or are not
+    enabled, a report cut off or not understood, or an exit status the report does not explain. Watches that
+    were just set have little history yet: the memory, NVLink, PCIe and thermal/power watches sample for about 60 s.
+
+    Sources: NVIDIA/DCGM dcgmi/CommandLineParser.cpp (the ``-s`` watch letters, ``a`` = all) and dcgmi/Health.cpp
+    (the report, Healthy/Warning/Failure per entity and system); the DCGM User Guide, "Groups" (the default group of
+    all GPUs) and "Health and Diagnostics" (https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/).
+    """
+    check_id = "dcgm.health"
+    gated = _dcgm_gate(ctx, check_id, HEALTH, "dcgmi health")
+    if gated:
+        return gated
+    result = ctx.results[HEALTH]
+    facts = ctx.facts.get("dcgm_health")
+    if facts is None or facts.format is None:
+        said = (facts.errors[0] if facts is not None and facts.errors else first_line(ctx, HEALTH)) or "no output"
+        if facts is not None and facts.watches_not_enabled:
+            return [ctx.finding(check_id, Verdict.ERROR, f"DCGM health watches are not enabled: {said}",
+                                reason=ErrorReason.NOT_RUN, remediation=Remediation.INVESTIGATE, collector=HEALTH)]
+        if facts is not None and facts.errors:
+            return [ctx.finding(check_id, Verdict.ERROR, f"dcgmi health exited {result.rc}: {said}",
+                                reason=ErrorReason.NOT_RUN, remediation=Remediation.INVESTIGATE, collector=HEALTH)]
+        return [ctx.finding(check_id, Verdict.ERROR, f"dcgmi health exited {result.rc} with no health report: {said}",
+                            reason=ErrorReason.UNPARSEABLE, collector=HEALTH)]
+    if not facts.complete:
+        return [ctx.finding(check_id, Verdict.ERROR,
+                            "dcgmi health report is cut off or not understood: "
+                            f"{'; '.join(facts.warnings[:2]) or 'no Overall Health'}",
+                            reason=ErrorReason.INCOMPLETE, collector=HEALTH)]
+    findings: list[Finding] = []
+    for entity in facts.entities:
+        gpu = entity.entity_id if entity.group.upper() == "GPU" else None
+        where = _where(entity)
+        for incident in entity.incidents:
+            verdict = _HEALTH_VERDICTS.get(incident.health)
+            detail = f": {incident.message[:400]}" if incident.message else ""
+            if verdict is Verdict.FAIL:
+                findings.append(ctx.finding(
+                    check_id, Verdict.FAIL, f"{where}: {incident.system} Failure{detail}", observed="Failure",
+                    expected="Healthy", gpu=gpu, collector=HEALTH,
+                    remediation=_HEALTH_ACTIONS.get(incident.system.lower(), Remediation.ISOLATE)))
+            elif verdict is Verdict.WARN:
+                findings.append(ctx.finding(check_id, Verdict.WARN, f"{where}: {incident.system} Warning{detail}",
+                                            observed="Warning", expected="Healthy", gpu=gpu,
+                                            remediation=Remediation.MONITOR, collector=HEALTH))
+            else:
+                findings.append(ctx.finding(check_id, Verdict.ERROR,
+                                            f"{where}: {incident.system} health {incident.health!r} not understood"
+                                            f"{detail}", reason=ErrorReason.UNPARSEABLE, gpu=gpu, collector=HEALTH))
+        if not entity.incidents and entity.health != "Healthy":
+            findings.append(ctx.finding(check_id, Verdict.ERROR,
+                                        f"{where}: health {entity.health!r} without an incident named",
+                                        reason=ErrorReason.UNPARSEABLE, gpu=gpu, collector=HEALTH))
+    if facts.overall not in ("Healthy", "Warning", "Failure"):
+        findings.append(ctx.finding(check_id, Verdict.ERROR, f"Overall Health {facts.overall!r} not understood",
+                                    reason=ErrorReason.UNPARSEABLE, collector=HEALTH))
+    elif facts.overall != "Healthy" and not findings:
+        findings.append(ctx.finding(check_id, Verdict.ERROR,
+                                    f"Overall Health {facts.overall} but no GPU or system is named",
+                                    reason=ErrorReason.UNPARSEABLE, collector=HEALTH))
+    if result.rc != 0 and not any(f.verdict is Verdict.FAIL for f in findings):
+        findings.append(ctx.finding(check_id, Verdict.ERROR, f"dcgmi health exited {result.rc}: "
+                                    f"{first_line(ctx, HEALTH) or 'no output'}",
+                                    reason=ErrorReason.UNPARSEABLE, collector=HEALTH))
+    if findings:
+        return findings
+    return [ctx.finding(check_id, Verdict.PASS, "DCGM health watches: Overall Health Healthy, no incident on any GPU",
+                        observed="Healthy", expected="Healthy", collector=HEALTH)]
 
 
 def _remediation(category: Optional[str], key: str) -> Remediation:

@@ -16,6 +16,9 @@ Light collectors answer in seconds and go in the node's one batched round trip. 
   device_to_device_memcpy_read_ce``, timeout 600 s (host var ``nvbandwidth_timeout``; ``nvbandwidth_path`` names the
   binary).
 
+``dcgm_health`` (light, quick level): ``env sh -c 'dcgmi health -g 0 -s a || exit $?; exec dcgmi health -g 0 -c -j'
+dcgm_health``, one timeout (60 s) for both calls: see :data:`DCGM_HEALTH`.
+
 ``compute_apps`` (light): ``nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader``,
 timeout 20 s; the engine adds it to the light batch whenever heavy collectors are planned (the busy guard).
 
@@ -68,6 +71,22 @@ DCGM_VERSION = Collector(
 DCGM_DISCOVERY = Collector(
     "dcgm_discovery", ("dcgmi", "discovery", "-l"), 60.0,
     description="GPUs and NVSwitches as DCGM (nv-hostengine) sees them")
+# DCGM's background health watches, set then read in one round trip. ``-s a`` turns on every watch this DCGM has
+# (dcgmi/CommandLineParser.cpp in NVIDIA/DCGM: a = all; d driver, i InfoROM, m memory, n NVLink, p PCIe,
+# t thermal and power, x ConnectX (DCGM 4.5.3 and later); ``a`` covers the NvSwitch watches too and must stand
+# alone). It changes the host engine's state: the watches stay set on the group after dcgmi exits (dcgmi/Health.cpp:
+# SetHealth persists after disconnect, until ``dcgmi health --clear``), and whatever else reads the group's health
+# (dcgm-exporter, a scheduler's checks) sees them on. Group 0 is the default group DCGM creates at start with every
+# supported GPU (the DCGM user guide, "Groups"); ConnectX entities are not in it, so ConnectX incidents show only
+# where that group holds them.
+# The watches marked (*) in dcgmi's help (memory, NVLink, PCIe, thermal/power, ConnectX) need about 60 s of
+# samples: on a host engine whose watches were just set, the first check covers what DCGM already had.
+# sh under env, not as argv[0]: the batch's own wrapper runs sh, and a tool the collectors name must be free to be
+# replaced (the hostile-input test puts an argv echo in place of every collector's tool).
+HEALTH_SCRIPT = 'dcgmi health -g 0 -s a || exit $?; exec dcgmi health -g 0 -c -j'
+DCGM_HEALTH = Collector(
+    "dcgm_health", ("env", "sh", "-c", HEALTH_SCRIPT, "dcgm_health"), 60.0,
+    description="DCGM health watches (all systems) set on group 0, then checked (JSON)")
 # The busy guard (nvdeploy/checks/heavy_gate.py): read before any heavy collector may start; real format, one
 # line per process and GPU, nothing when idle.
 COMPUTE_APPS = Collector(
@@ -109,4 +128,4 @@ UPTIME = Collector(
 # This module's part of the catalog, in the order `nvdeploy/collect/catalog.py` lists it.
 COLLECTORS: tuple[Collector, ...] = (
     NVLINK, TOPO, FABRICMANAGER, FABRICMANAGER_VERSION, LSMOD, IBSTAT, OFED, DCGM_VERSION, DCGM_DISCOVERY,
-    COMPUTE_APPS, *DCGM_DIAG.values(), NCCL_ALL_REDUCE, NVBANDWIDTH, UPTIME)
+    DCGM_HEALTH, COMPUTE_APPS, *DCGM_DIAG.values(), NCCL_ALL_REDUCE, NVBANDWIDTH, UPTIME)

@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from nvdeploy.parsers.cuda_install import parse_cuda_install
 from nvdeploy.parsers.dcgm import parse_dcgm_diag, parse_dcgm_discovery
+from nvdeploy.parsers.dcgm_health import parse_dcgm_health
 from nvdeploy.parsers.ibstat import parse_ibstat
 from nvdeploy.parsers.imex import parse_imex_files, parse_imex_query
 from nvdeploy.parsers.nccl_tests import parse_nccl_tests
@@ -72,6 +73,8 @@ def catalog_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
         "ofed_version": _parse(results, "ofed_info", parse_ofed_version, need_rc0=True),
         "dcgm_version": _parse(results, "dcgm_version", parse_dcgmi_version, need_rc0=True),
         "dcgm_discovery": _parse(results, "dcgm_discovery", parse_dcgm_discovery),
+        # dcgmi exits non-zero when the watches could not be set or read; its "Error:" line is the fact.
+        "dcgm_health": _parse(results, "dcgm_health", parse_dcgm_health),
         "dcgm_diag": {},
         "nccl": _parse(results, "nccl_all_reduce", parse_nccl_tests),
         # nvbandwidth exits non-zero when a testcase failed; what it printed is still the fact.

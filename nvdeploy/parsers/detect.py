@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from nvdeploy.parsers import dcgm, ibstat, kmsg, nccl_tests, nvidia_smi, nvlink, topo
+from nvdeploy.parsers import dcgm, dcgm_health, ibstat, kmsg, nccl_tests, nvidia_smi, nvlink, topo
 
 FORMATS: dict[str, Callable[[str], Any]] = {
     "nvidia-smi-xml": nvidia_smi.parse_xml_pasted,
@@ -22,6 +22,7 @@ FORMATS: dict[str, Callable[[str], Any]] = {
     "nvidia-smi-nvlink": nvlink.parse_nvlink,
     "dcgmi-diag": dcgm.parse_dcgm_diag,
     "dcgmi-discovery": dcgm.parse_dcgm_discovery,
+    "dcgmi-health": dcgm_health.parse_dcgm_health,
     "nccl-tests": nccl_tests.parse_nccl_tests,
     "ibstat": ibstat.parse_ibstat,
     "kmsg": kmsg.parse_kmsg,
@@ -37,6 +38,9 @@ _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
                                   r"(?:sram|dram)_(?:un)?correctable>|clocks_(?:event|throttle)_reasons>|"
                                   r"retired_pages>|remapped_rows>|pci_gpu_link_info>|gpu_power_readings>|"
                                   r"attached_gpus>)")),
+    # dcgmi health -c [-j], or its -s line / not-enabled error alone
+    ("dcgmi-health", re.compile(r"Health Monitor Report|^Health monitor systems set successfully\."
+                                r"|^Error: Health watches not enabled", _M)),
     ("dcgmi-diag", re.compile(r"\"DCGM (?:GPU )?Diagnostic\"\s*:|\"test_categories\"\s*:")),
     ("dcgmi-diag", re.compile(r"^\s*\|\s*Diagnostic\s*\|\s*Result\s*\||^\s*[|+]-+\s+Deployment\s+-+[+|]"
                               r"|^Successfully ran diagnostic", _M)),

@@ -1,4 +1,5 @@
-"""A simulated ``dcgmi`` (DCGM 3.3): ``--version``, ``discovery -l`` and ``diag -r 1|2|3|4 [-j]``.
+"""A simulated ``dcgmi`` (DCGM 3.3): ``--version``, ``discovery -l``, ``diag -r 1|2|3|4 [-j]`` and ``health``
+(nvdeploy/sim/dcgm_health_tool.py).
 
 ``diag -j`` prints the DCGM 3.x JSON layout (``"DCGM GPU Diagnostic"`` with ``test_categories``, ``gpu_ids`` for
 deployment tests and one ``gpu_id`` per GPU for the others, ``version``, then ``"Driver Version Detected"``);
@@ -19,6 +20,8 @@ Faults:
 - ``fleet_spread``, ``slower:<PCT>``, ``slower_gpu:<GPU>:<PCT>`` (nvdeploy/sim/perf.py): the Diagnostic test's
   per-GPU gigaflops info message (JSON only) varies by node and GPU, or is PCT% of a healthy GPU's.
 - ``driver_missing``: nv-hostengine cannot start (as ``hostengine_down``); ``gpu_missing``: DCGM lists one GPU less.
+- ``dcgm_health_warn``, ``dcgm_health_fail:<system>``: ``dcgmi health -c`` reports a PCIe Warning on GPU 3, or a
+  Failure of that system on GPU 2 (nvdeploy/sim/dcgm_health_tool.py).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from nvdeploy.sim import perf
+from nvdeploy.sim import dcgm_health_tool, perf
 from nvdeploy.sim.scenario import NodeScenario, node_facts, register_fault
 from nvdeploy.sim.tools import ToolOutput, register_tool
 
@@ -81,6 +84,10 @@ register_fault("dcgm_fail", "dcgm_fail:<test>: the DCGM diag test fails on GPU 2
 register_fault("dcgm_missing", "dcgmi not installed (exit 127)")
 register_fault("hostengine_down", "nv-hostengine not running: dcgmi discovery/diag cannot connect")
 register_fault("dcgm_hang", "dcgmi diag never returns")
+register_fault("dcgm_health_warn", "dcgmi health -c: GPU 3 PCIe Warning (more than 8 replays per minute)")
+register_fault("dcgm_health_fail", "dcgm_health_fail:<system>: dcgmi health -c reports a Failure of that system on "
+               "GPU 2 (" + ", ".join(dcgm_health_tool.FAILURES) + ")",
+               pattern=r"dcgm_health_fail:(?:" + "|".join(dcgm_health_tool.FAILURES) + ")")
 
 
 def failing_tests(scenario: NodeScenario) -> set[str]:
@@ -103,7 +110,7 @@ def dcgmi(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
         return ToolOutput(f"dcgmi  version: {DCGM_VERSION}\n\n".encode())
     if not args:
         return ToolOutput(b"", b"dcgmi: missing command (discovery, diag, ...)\n", 255)
-    if args[0] not in ("discovery", "diag"):
+    if args[0] not in ("discovery", "diag", "health"):
         return ToolOutput(b"", f"dcgmi: unsupported subcommand {args[0]!r} in the simulator\n".encode(), 255)
     if args[0] == "diag" and scenario.has("dcgm_hang"):
         return ToolOutput(b"", hang=True)
@@ -111,6 +118,8 @@ def dcgmi(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
         return ToolOutput(HOSTENGINE_ERROR.encode(), rc=HOSTENGINE_RC)
     if args[0] == "discovery":
         return _discovery(scenario, args[1:])
+    if args[0] == "health":
+        return dcgm_health_tool.health(scenario, args[1:])
     return _diag(scenario, args[1:])
 
 

@@ -17,7 +17,7 @@ FOLDER_FORMAT = {"dcgmi-diag-json": "dcgmi-diag", "dcgmi-diag-text": "dcgmi-diag
                  "xid-logs": "kmsg"}
 # The folders of `parse` formats (other folders hold captures of collectors `parse` does not read).
 PARSE_FOLDERS = {*FOLDER_FORMAT, "nvidia-smi-xml", "nvidia-smi-text", "nvidia-smi-csv", "nvidia-smi-topo",
-                 "nvidia-smi-nvlink", "dcgmi-discovery", "nccl-tests", "ibstat", "fragments"}
+                 "nvidia-smi-nvlink", "dcgmi-discovery", "dcgmi-health", "nccl-tests", "ibstat", "fragments"}
 FILES = sorted(p for p in REAL.glob("*/*") if p.is_file() and p.suffix != ".tsv" and p.parent.name in PARSE_FOLDERS)
 FRAGMENTS = REAL / "fragments"  # pasted pieces, named "<format>-..."
 
@@ -37,6 +37,7 @@ REQUIRED = {
     "nvidia-smi-nvlink": ["supported", "gpus"],
     "dcgmi-diag": ["format", "dcgm_version", "driver_version", "overall", "tests"],
     "dcgmi-discovery": ["gpus", "nvswitches"],
+    "dcgmi-health": ["format", "overall", "entities", "watches_set", "errors", "complete"],
     "nccl-tests": ["collective", "nccl_version", "nranks", "rows", "avg_busbw", "max_busbw", "wrong_total",
                    "out_of_bounds", "errors", "complete"],
     "ibstat": ["devices"],
@@ -60,6 +61,10 @@ KEY_FACTS: dict[str, dict[str, Any]] = {
         "#gpus": 8, "#nvswitches": 6, "gpus.0.name": "A100-SXM4-40GB", "gpus.0.pci_bus_id": "00000000:07:00.0",
         "gpus.0.uuid": "GPU-1d82f4df-3cf9-150d-088b-52f18f8654e1"},
     "1xT4G-g5g-graviton-dcgm-exporter-4.4.2.txt": {"#gpus": 1, "gpus.0.name": "NVIDIA T4G"},
+    "health-c-j-healthy-8gpu-gpu1-recovery-reset-unreported.json": {
+        "format": "json", "overall": "Healthy", "#entities": 0, "complete": True},
+    "health-check-g1-watches-not-enabled-dcgm3.3.6-container.txt": {
+        "format": None, "watches_not_enabled": True, "complete": False},
     "4xP100-SXM2-ppc64le-dcgm1x-old-layout-nonzero-pci-domains.txt": {"#gpus": 4,
                                                                       "gpus.0.name": "Tesla P100-SXM2-16GB"},
     "ibstat-h100-node-8x-ib-ndr400-plus-mlx5_bond_0-all-active.txt": {

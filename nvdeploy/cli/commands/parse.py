@@ -53,6 +53,7 @@ COLLECTOR_OF = {
     "nvidia-smi-nvlink": "nvidia_smi_nvlink",
     "dcgmi-diag": "dcgm_diag_r1",  # the level is read from the tests present
     "dcgmi-discovery": "dcgm_discovery",
+    "dcgmi-health": "dcgm_health",
     "nccl-tests": "nccl_all_reduce",
     "ibstat": "ibstat",
     "kmsg": "kmsg",
@@ -260,9 +261,9 @@ def parse_command(fmt: str, file: str, verdicts: bool, profile_name: Optional[st
     """Parse FILE (a captured tool output; '-' for stdin) as FORMAT and print the facts as JSON.
 
     FORMAT: nvidia-smi-xml, nvidia-smi-text, nvidia-smi-csv, nvidia-smi-topo, nvidia-smi-nvlink, dcgmi-diag,
-    dcgmi-discovery, nccl-tests, ibstat, kmsg, or auto (detected from the content). A pasted piece (no header)
-    FAILs what it shows and leaves the rest SKIP, never PASS. On a terminal, --verdicts prints a short summary
-    (--json for the JSON). Exit 0 even when the content shows failures; 2 when FORMAT is unknown or FILE
+    dcgmi-discovery, dcgmi-health, nccl-tests, ibstat, kmsg, or auto (detected from the content). A pasted piece
+    (no header) FAILs what it shows and leaves the rest SKIP, never PASS. On a terminal, --verdicts prints a short
+    summary (--json for the JSON). Exit 0 even when the content shows failures; 2 when FORMAT is unknown or FILE
     unreadable.
     """
     from nvdeploy.parsers.detect import FORMATS, detect_format

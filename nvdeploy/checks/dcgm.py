@@ -110,7 +110,8 @@ def dcgm_health(ctx: NodeContext) -> list[Finding]:
     naming the GPU, the system and DCGM's message (RESET_GPU for memory and driver faults, ISOLATE for PCIe, NVLink
     and ConnectX, INVESTIGATE for thermal, power and InfoROM); ``Warning`` is WARN (MONITOR). ERROR: DCGM not
     installed or nv-hostengine not running (as the other DCGM checks), the watches could not be set or are not
-    enabled, a report cut off or not understood, or an exit status the report does not explain. Watches that
+    enabled, a report cut off or not understood (what it shows still FAILs or WARNs), or an exit status the report
+    does not explain. Watches that
     were just set have little history yet: the memory, NVLink, PCIe and thermal/power watches sample for about 60 s.
 
     Sources: NVIDIA/DCGM dcgmi/CommandLineParser.cpp (the ``-s`` watch letters, ``a`` = all) and dcgmi/Health.cpp
@@ -133,11 +134,6 @@ def dcgm_health(ctx: NodeContext) -> list[Finding]:
                                 reason=ErrorReason.NOT_RUN, remediation=Remediation.INVESTIGATE, collector=HEALTH)]
         return [ctx.finding(check_id, Verdict.ERROR, f"dcgmi health exited {result.rc} with no health report: {said}",
                             reason=ErrorReason.UNPARSEABLE, collector=HEALTH)]
-    if not facts.complete:
-        return [ctx.finding(check_id, Verdict.ERROR,
-                            "dcgmi health report is cut off or not understood: "
-                            f"{'; '.join(facts.warnings[:2]) or 'no Overall Health'}",
-                            reason=ErrorReason.INCOMPLETE, collector=HEALTH)]
     findings: list[Finding] = []
     for entity in facts.entities:
         gpu = entity.entity_id if entity.group.upper() == "GPU" else None
@@ -162,6 +158,13 @@ def dcgm_health(ctx: NodeContext) -> list[Finding]:
             findings.append(ctx.finding(check_id, Verdict.ERROR,
                                         f"{where}: health {entity.health!r} without an incident named",
                                         reason=ErrorReason.UNPARSEABLE, gpu=gpu, collector=HEALTH))
+    if not facts.complete:
+        # A cut-off report (or a pasted piece of one) still FAILs and WARNs what it shows; the rest is not proven.
+        shown = [f for f in findings if f.verdict in (Verdict.FAIL, Verdict.WARN)]
+        return shown + [ctx.finding(check_id, Verdict.ERROR,
+                                    "dcgmi health report is cut off or not understood: "
+                                    f"{'; '.join(facts.warnings[:2]) or 'no Overall Health'}",
+                                    reason=ErrorReason.INCOMPLETE, collector=HEALTH)]
     if facts.overall not in ("Healthy", "Warning", "Failure"):
         findings.append(ctx.finding(check_id, Verdict.ERROR, f"Overall Health {facts.overall!r} not understood",
                                     reason=ErrorReason.UNPARSEABLE, collector=HEALTH))

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 HEALTH_VALUES = ("Healthy", "Warning", "Failure")
@@ -77,6 +77,9 @@ class DcgmHealth:
     @property
     def gpus(self) -> tuple[HealthEntity, ...]:
         return tuple(e for e in self.entities if e.group.upper() == "GPU")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def _id(label: str) -> Optional[int]:
@@ -167,7 +170,10 @@ def _from_text(lines: list[str], warnings: list[str]) -> tuple[Optional[str], li
         depth = len(level.group("indent")) // 3 + 1
         label = level.group("label").strip()
         if depth == 1:
-            current = _Node(group or "?", label, right or None)
+            if not group:  # a pasted piece that starts below its group row: GPU, the group DCGM nearly always lists
+                group = "GPU"
+                warnings.append("entity rows without their group row: taken as GPUs")
+            current = _Node(group, label, right or None)
             nodes.append(current)
             target = None
         elif depth == 2:

@@ -40,7 +40,10 @@ _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
                                   r"attached_gpus>)")),
     # dcgmi health -c [-j], or its -s line / not-enabled error alone
     ("dcgmi-health", re.compile(r"Health Monitor Report|^Health monitor systems set successfully\."
-                                r"|^Error: Health watches not enabled", _M)),
+                                r"|^Error: Health watches not enabled"
+                                # a pasted piece of the table: a system row of an entity's errors
+                                r"|^\|\s{4,12}-> (?:PCIe|NVLINK|Memory|SM|InfoROM|Thermal|Power|ConnectX) system\s+\|"
+                                r"\s*(?:Healthy|Warning|Failure)\b", _M)),
     ("dcgmi-diag", re.compile(r"\"DCGM (?:GPU )?Diagnostic\"\s*:|\"test_categories\"\s*:")),
     ("dcgmi-diag", re.compile(r"^\s*\|\s*Diagnostic\s*\|\s*Result\s*\||^\s*[|+]-+\s+Deployment\s+-+[+|]"
                               r"|^Successfully ran diagnostic", _M)),

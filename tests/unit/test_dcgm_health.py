@@ -236,3 +236,13 @@ def test_dcgm_health_is_in_the_quick_level():
 def test_simulated_healthy_report_is_the_real_capture():
     # The capture's indentation is 8 spaces as the issue shows it; the simulator writes jsoncpp's tabs.
     assert sim_health().replace("\t", " " * 8) == HEALTHY_JSON.read_text()
+
+
+def test_a_pasted_piece_fails_what_it_shows_and_stays_error_for_the_rest():
+    piece = "\n".join(SOURCE_TABLE.splitlines()[10:17]) + "\n"  # GPU 1's rows only: no header, group row, footer
+    assert detect_format(piece) == "dcgmi-health"
+    facts = parse_dcgm_health(piece)
+    assert not facts.complete and facts.entities[0].entity_id == 1
+    findings = run_check("dcgm.health", health_ctx(piece))
+    assert [(f.gpu, f.verdict) for f in findings] == [(1, Verdict.FAIL), (1, Verdict.WARN), (None, Verdict.ERROR)]
+    assert findings[-1].reason is ErrorReason.INCOMPLETE

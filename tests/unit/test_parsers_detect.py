@@ -15,7 +15,7 @@ FOLDER_FORMAT = {
     "nvidia-smi-xml": "nvidia-smi-xml", "nvidia-smi-text": "nvidia-smi-text", "nvidia-smi-csv": "nvidia-smi-csv",
     "nvidia-smi-topo": "nvidia-smi-topo", "nvidia-smi-nvlink": "nvidia-smi-nvlink", "dcgmi-diag-json": "dcgmi-diag",
     "dcgmi-diag-text": "dcgmi-diag", "nvvs": "dcgmi-diag", "dcgmi-discovery": "dcgmi-discovery",
-    "nccl-tests": "nccl-tests", "ibstat": "ibstat", "xid-logs": "kmsg",
+    "dcgmi-health": "dcgmi-health", "nccl-tests": "nccl-tests", "ibstat": "ibstat", "xid-logs": "kmsg",
 }
 FRAGMENTS = "fragments"  # pieces of outputs pasted into tickets: named "<format>-..."
 # Other folders hold captures of collectors that `nvdeploy parse` does not read (cuda-toolkits, container...).
@@ -33,7 +33,8 @@ def test_every_format_has_real_captures() -> None:
     assert set(FOLDER_FORMAT) | {FRAGMENTS} <= folders
     assert set(FOLDER_FORMAT.values()) == set(FORMATS)
     assert set(FORMATS) == {"nvidia-smi-xml", "nvidia-smi-text", "nvidia-smi-csv", "nvidia-smi-topo",
-                            "nvidia-smi-nvlink", "dcgmi-diag", "dcgmi-discovery", "nccl-tests", "ibstat", "kmsg"}
+                            "nvidia-smi-nvlink", "dcgmi-diag", "dcgmi-discovery", "dcgmi-health", "nccl-tests",
+                            "ibstat", "kmsg"}
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -19,6 +19,8 @@ from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
 
 SAMPLER = "burnin_sampler"
 LOAD = "burnin_load"
+KMSG_AFTER = "burnin_kmsg"
+KMSG = "kmsg"
 # nvmlClocksEventReasons bit -> the name the profile's throttle lists use (config/profile_schema.py).
 REASON_BITS: Mapping[int, str] = {
     0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
@@ -173,11 +175,26 @@ def _busbw(step: Any) -> Optional[float]:
     return nccl.avg_busbw if nccl is not None else None
 
 
-@register("burnin.load", collectors=(SAMPLER, LOAD))
+def _new_xids(ctx: NodeContext) -> tuple[Optional[list[Any]], str]:
+    """The Xid events of the kernel log after the burn-in that the light batch's log did not have (None: the log
+    after it could not be read, with why)."""
+    after = ctx.facts.get("burnin_kmsg")
+    if after is None:
+        result = ctx.results.get(KMSG_AFTER)
+        why = "not run" if result is None else (result.error_detail or f"exit {result.rc}")
+        return None, f"the kernel log after the burn-in could not be read ({why})"
+    before = ctx.facts.get("kmsg")
+    seen = {e.line for e in before.xid_events} if before is not None else set()
+    return [e for e in after.xid_events if e.line not in seen], ""
+
+
+@register("burnin.load", collectors=(SAMPLER, LOAD, KMSG_AFTER, KMSG))
 def burnin_load(ctx: NodeContext) -> list[Finding]:
     """Runs with ``validate --burn-in DURATION``: iterations of ``dcgmi diag -r 2 -j`` (host var
     ``burnin_dcgm_level``; its stress plugins load every GPU) and the node's nccl-tests ``all_reduce_perf``, each
-    under its own timeout, until DURATION has passed. FAIL when any iteration's DCGM diag failed, when
+    under its own timeout, until DURATION has passed; then ``dmesg -k``. FAIL when an Xid event is in the kernel
+    log after the burn-in that was not in it before (the light batch's ``dmesg``), when any iteration's DCGM diag
+    failed, when
     all_reduce_perf failed or counted wrong values, or when an iteration's average bus bandwidth is below the
     first iteration's by more than the profile's ``burnin.figure_drop_pct`` (default 5%). PASS: every iteration
     passed at the first one's speed. ERROR when the load was cut off, a test did not finish or its output could
@@ -223,6 +240,12 @@ def burnin_load(ctx: NodeContext) -> list[Finding]:
     shape = f"{iterations} iteration(s)" + (f", busbw {first:g} -> {figures[-1][1]:g} GB/s" if figures else "")
     if run.done is None:
         unknown.append("the load was cut off before its end")
+    xids, why = _new_xids(ctx)
+    if xids is None:
+        unknown.append(why)
+    elif xids:
+        named = ", ".join(f"Xid {e.xid}" + (f" on PCI:{e.pci}" if e.pci else "") for e in xids[:4])
+        failed.insert(0, f"{len(xids)} Xid event(s) during the burn-in: {named}")
     if failed:
         return [ctx.finding("burnin.load", Verdict.FAIL, "; ".join(failed[:6]) + f" ({shape})",
                             observed=len(failed), expected=0, remediation=Remediation.ISOLATE, collector=LOAD)]

@@ -34,6 +34,9 @@ each under its own timeout, their outputs kept apart:
       ...
       @@done <iterations>
 
+- ``burnin_kmsg``: ``dmesg -k`` (the kernel's messages, where Xid lines are) in a batch of its own once the load has
+  ended: the Xid events it shows that the light batch's ``dmesg`` did not are those of the burn-in.
+
 Every argument reaches the node shlex-quoted by the batch (nvdeploy/transport/batch.py): the nccl-tests argv, with
 its folder from the host vars, is ``"$@"`` inside the script, never shell text.
 """
@@ -50,7 +53,8 @@ from nvdeploy.transport.base import CommandSpec
 
 SAMPLER = "burnin_sampler"
 LOAD = "burnin_load"
-COLLECTOR_NAMES = (SAMPLER, LOAD)
+KMSG_AFTER = "burnin_kmsg"
+COLLECTOR_NAMES = (SAMPLER, LOAD, KMSG_AFTER)
 SAMPLER_HELPER = "nvdeploy-burnin-sampler"  # $0 of the scripts: the simulator recognises them by it
 LOAD_HELPER = "nvdeploy-burnin-load"
 EVENT_FIELD = "clocks_event_reasons.active"
@@ -166,37 +170,49 @@ def burnin_interval(host_vars: Mapping[str, Any], interval_s: Optional[float] = 
     return max(MIN_INTERVAL_S, _number(host_vars, "burnin_interval", DEFAULT_INTERVAL_S))
 
 
-# In the catalog (checks list them, docs/checks.md shows them) with a one-hour argv; the engine builds the real ones
-# from the run's duration (runner/engine.py) and runs the two together, never one by one as other heavy collectors.
+# In the catalog (checks list them, docs/checks.md shows them) with a one-hour argv, but never planned by specs_for
+# (their build returns nothing, as storage's without storage_paths): only a run with a duration makes them, through
+# burnin_specs (runner/engine.py), and runs the two together, never one by one as other heavy collectors.
 _CATALOG_DURATION_S = 3600.0
+
+
+def _not_planned(host_vars: Mapping[str, Any], profile: Any) -> tuple[str, ...]:
+    return ()
+
 BURNIN_SAMPLER = Collector(
     SAMPLER, sampler_argv(_CATALOG_DURATION_S, DEFAULT_INTERVAL_S), sampler_timeout(_CATALOG_DURATION_S),
-    heavy=True, max_bytes=SAMPLER_MAX_BYTES, timeout_var="burnin_sampler_timeout",
+    heavy=True, max_bytes=SAMPLER_MAX_BYTES, timeout_var="burnin_sampler_timeout", build=_not_planned,
     description="burn-in sampler: temperature, SM clock, throttle reasons, power, uncorrected ECC every interval "
                 "(nvidia-smi --query-gpu ... -lms) for the burn-in's duration")
 BURNIN_LOAD = Collector(
     LOAD, ("sh", "-c", LOAD_SCRIPT, LOAD_HELPER, str(int(_CATALOG_DURATION_S)), str(DEFAULT_DCGM_LEVEL),
            str(int(BURNIN_DCGM_TIMEOUT_S)), str(int(NCCL_TIMEOUT_S)), "all_reduce_perf"),
     load_timeout(_CATALOG_DURATION_S, {}), heavy=True, max_bytes=LOAD_MAX_BYTES, timeout_var="burnin_load_timeout",
+    build=_not_planned,
     description="burn-in load: DCGM diag and nccl-tests all_reduce_perf iterations for the burn-in's duration")
 
-COLLECTORS: tuple[Collector, ...] = (BURNIN_SAMPLER, BURNIN_LOAD)
+BURNIN_KMSG = Collector(
+    KMSG_AFTER, ("dmesg", "-k"), 20.0, needs_root=True, heavy=True, keep_tail=True,
+    description="the kernel log once the burn-in's load ended: Xid events of the burn-in")
+
+COLLECTORS: tuple[Collector, ...] = (BURNIN_SAMPLER, BURNIN_LOAD, BURNIN_KMSG)
 
 
-def burnin_specs(specs: Sequence[CommandSpec], host_vars: Mapping[str, Any], profile: Any, duration_s: float,
+def burnin_specs(host_vars: Mapping[str, Any], profile: Any, duration_s: float,
                  interval_s: Optional[float] = None) -> list[CommandSpec]:
-    """The planned burn-in specs (``specs_for``'s, with the catalog's one-hour argv) made for this run: its
-    duration and interval, the host's nccl-tests line and limits. The engine runs them in one batch, side by side;
-    the Slurm budget (slurm/budget.py) counts that batch once, at its longest limit."""
-    out = []
-    for spec in specs:
-        if spec.name == SAMPLER:
-            argv = sampler_argv(duration_s, burnin_interval(host_vars, interval_s))
-            timeout = sampler_timeout(duration_s)
-        elif spec.name == LOAD:
-            argv = load_argv(duration_s, host_vars, profile)
-            timeout = load_timeout(duration_s, host_vars)
-        else:
-            continue
-        out.append(replace(spec, argv=argv, timeout_s=timeout))
-    return out
+    """The burn-in's three specs for this host and run: the sampler and the load for ``duration_s`` (the host's
+    nccl-tests line and limits), then the kernel log. The engine runs them in two batches (:func:`burnin_batches`);
+    the Slurm budget (slurm/budget.py) counts each batch once, at its longest limit."""
+    sudo = bool(host_vars.get("sudo", False))
+    sampler = replace(BURNIN_SAMPLER.spec(sudo), argv=sampler_argv(duration_s, burnin_interval(host_vars, interval_s)),
+                      timeout_s=sampler_timeout(duration_s))
+    load = replace(BURNIN_LOAD.spec(sudo), argv=load_argv(duration_s, host_vars, profile),
+                   timeout_s=load_timeout(duration_s, host_vars))
+    return [sampler, load, BURNIN_KMSG.spec(sudo)]
+
+
+def burnin_batches(specs: Sequence[CommandSpec]) -> list[list[CommandSpec]]:
+    """The batches the burn-in runs in, in order: the sampler beside the load, then the kernel log after them."""
+    during = [s for s in specs if s.name in (SAMPLER, LOAD)]
+    after = [s for s in specs if s.name == KMSG_AFTER]
+    return [batch for batch in (during, after) if batch]

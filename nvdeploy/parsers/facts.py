@@ -62,6 +62,9 @@ def node_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
     for name, parse in (("burnin_sampler", parse_sampler), ("burnin_load", parse_load)):
         result = results.get(name)
         facts[name] = parse(result.text) if result is not None and result.rc is not None else None
+    after = results.get("burnin_kmsg")
+    facts["burnin_kmsg"] = parse_kmsg(after.text, partial_first_line=after.truncated) \
+        if after is not None and after.ok else None
     return facts
 
 

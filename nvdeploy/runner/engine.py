@@ -28,7 +28,7 @@ from nvdeploy.checks.heavy_gate import (
     heavy_skip,
 )
 from nvdeploy.collect.burnin_commands import COLLECTOR_NAMES as BURNIN_COLLECTORS
-from nvdeploy.collect.burnin_commands import burnin_specs
+from nvdeploy.collect.burnin_commands import burnin_batches, burnin_specs
 from nvdeploy.collect.catalog import COLLECTORS, light_specs, specs_for
 from nvdeploy.config.inventory import Host
 from nvdeploy.config.profiles import ProfileCatalog
@@ -204,7 +204,7 @@ class NodeRunner:
         gate = heavy_skip(light, facts, self.options.allow_busy)
         # A collector that loads no GPU (storage) runs beside GPU compute processes: the busy guard is about GPUs.
         gate_no_gpu = heavy_skip(light, facts, self.options.allow_busy, loads_gpu=False)
-        batches = [[spec] for spec in heavy] + ([list(burn_in)] if burn_in else [])
+        batches = [[spec] for spec in heavy] + burnin_batches(burn_in)
         for batch in batches:
             spec = batch[0]
             if self.stopping.is_set():
@@ -218,7 +218,7 @@ class NodeRunner:
             if skip is not None:
                 skipped.update({s.name: skip for s in batch})
                 continue
-            self._doing(node, "burn-in" if len(batch) > 1 else spec.name)
+            self._doing(node, "burn-in" if spec.name in BURNIN_COLLECTORS else spec.name)
             try:
                 results = results + transport.run_batch(_capped(batch, remaining), remaining)
             except TransportError as exc:  # the connection dropped mid-test: that check is ERROR, not the run
@@ -255,17 +255,17 @@ class NodeRunner:
             reach = Finding("system.reachable", Verdict.PASS, f"connected over {host.connection} in {connected:.2f} s",
                             node=host.name, observed=round(connected, 3), unit="s")
             needed = [c for check_id in self.node_checks for c in CHECKS[check_id].collectors]
-            heavy = specs_for(needed, host.vars, heavy=True, profile=profile)
-            burn_in = [s for s in heavy if s.name in BURNIN_COLLECTORS]
-            heavy = [s for s in heavy if s.name not in BURNIN_COLLECTORS]
+            heavy = [s for s in specs_for(needed, host.vars, heavy=True, profile=profile)
+                     if s.name not in BURNIN_COLLECTORS]
+            burn_in: list[CommandSpec] = []
             no_burn_in: dict[str, HeavySkip] = {}
-            if burn_in and self.options.burn_in_s is None:
-                # A burn-in check chosen without --burn-in: nothing says how long; its checks are ERROR not_run.
-                no_burn_in = {s.name: NO_BURN_IN_SKIP for s in burn_in}
-                burn_in = []
-            elif burn_in:
-                burn_in = burnin_specs(burn_in, host.vars, profile, self.options.burn_in_s,
-                                       self.options.burn_in_interval_s)
+            if any(name in BURNIN_COLLECTORS for name in needed):
+                if self.options.burn_in_s is None:
+                    # A burn-in check chosen without --burn-in: nothing says how long; its checks are ERROR not_run.
+                    no_burn_in = {name: NO_BURN_IN_SKIP for name in BURNIN_COLLECTORS}
+                else:
+                    burn_in = burnin_specs(host.vars, profile, self.options.burn_in_s,
+                                           self.options.burn_in_interval_s)
             if heavy or burn_in:
                 needed += [c for c in GUARD_COLLECTORS if c not in needed]
             remaining = self._remaining()

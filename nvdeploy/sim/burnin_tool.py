@@ -23,7 +23,15 @@ from typing import Optional
 from nvdeploy.collect.burnin_commands import EVENT_FIELD, LOAD_HELPER, QUERY_FIELDS, SAMPLER_HELPER
 from nvdeploy.sim.scenario import NodeScenario, node_facts, register_fault
 from nvdeploy.sim.smi_xml import SIM_TIME
-from nvdeploy.sim.tools import TOOL_HOOKS, ToolOutput, run_tool
+from nvdeploy.sim.tools import (
+    FIRST_XID_UPTIME,
+    TOOL_HOOKS,
+    ToolOutput,
+    _strip_sudo,
+    kernel_log,
+    run_tool,
+    xid_line,
+)
 
 LOAD_CLOCK_MHZ = 1980.0
 THROTTLED_CLOCK_MHZ = 1410.0
@@ -31,12 +39,15 @@ ITERATION_S = 180.0
 # A simulated sampler answers at most this many rows per GPU (a 24 h run at 1 s); longer runs are thinned.
 MAX_ROWS_PER_GPU = 86400
 THROTTLE_AFTER = re.compile(r"throttle_after:([0-9]+(?:\.[0-9]+)?)(?::([0-9]+))?")
+BURNIN_XID = re.compile(r"burnin_xid:([1-9][0-9]{0,3})(?::([0-9]+))?")
 SW_THERMAL = 0x20
 HW_THERMAL = 0x40
 
 register_fault("throttle_after", "throttle_after:<MIN>[:<GPU>]: under burn-in load the GPU (every GPU without "
                ":<GPU>) overheats after MIN minutes: thermal slowdown active, SM clock falling",
                pattern=THROTTLE_AFTER.pattern)
+register_fault("burnin_xid", "burnin_xid:<XID>[:<GPU>]: the GPU (GPU 0 without :<GPU>) raises Xid XID during the "
+               "burn-in's load: in the kernel log afterwards (dmesg -k), not before", pattern=BURNIN_XID.pattern)
 
 
 def _throttle(scenario: NodeScenario) -> dict[Optional[int], float]:
@@ -96,10 +107,28 @@ def load_text(scenario: NodeScenario, duration_s: float, level: str, nccl_argv: 
     return "".join(out)
 
 
+def kernel_log_after(scenario: NodeScenario) -> str:
+    """``dmesg -k`` once the burn-in ended: the node's kernel log and the Xids of its ``burnin_xid`` faults."""
+    facts = node_facts(scenario)
+    lines = [kernel_log(scenario)]
+    for n, fault in enumerate(scenario.faults):
+        match = BURNIN_XID.fullmatch(fault)
+        if not match:
+            continue
+        index = int(match.group(2) or 0)
+        gpu = next((g for g in facts.pci_gpus if g.index == index), facts.pci_gpus[0] if facts.pci_gpus else None)
+        if gpu is not None:
+            stamp = FIRST_XID_UPTIME + 7200.0 + 13.5 * n  # two hours later than the log's own Xids
+            lines.append(f"[{stamp:12.6f}] {xid_line(scenario, gpu, int(match.group(1)), 100 + n)}\n")
+    return "".join(lines)
+
+
 def _hook(scenario: NodeScenario, argv: Sequence[str]) -> Optional[ToolOutput]:
     # sh -c SAMPLER nvdeploy-burnin-sampler DURATION INTERVAL_MS
     # sh -c LOAD nvdeploy-burnin-load DURATION LEVEL DCGM_TIMEOUT NCCL_TIMEOUT NCCL_ARGV...
     args = list(argv)
+    if _strip_sudo(args) == ["dmesg", "-k"] and not scenario.has("hang"):
+        return ToolOutput(kernel_log_after(scenario).encode())
     if len(args) < 6 or args[0] != "sh" or args[1] != "-c" or args[3] not in (SAMPLER_HELPER, LOAD_HELPER):
         return None
     if not args[4].isdigit():

@@ -31,20 +31,18 @@ class Budget:
 def _node_s(host: Any, catalog: Any, checks: Sequence[str], connect_s: float,
             burn_in_s: Optional[float] = None, burn_in_interval_s: Optional[float] = None) -> tuple[float, str]:
     from nvdeploy.checks import CHECKS
-    from nvdeploy.collect.burnin_commands import COLLECTOR_NAMES, burnin_specs
+    from nvdeploy.collect.burnin_commands import COLLECTOR_NAMES, burnin_batches, burnin_specs
     from nvdeploy.collect.catalog import light_specs, specs_for
 
     profile = catalog.get(host.profile) if host.profile else None
     needed = [c for check in checks if check in CHECKS for c in CHECKS[check].collectors]
     light = light_specs(host.vars, needed, profile)
-    heavy = specs_for(needed, host.vars, heavy=True, profile=profile)
+    heavy = [s for s in specs_for(needed, host.vars, heavy=True, profile=profile) if s.name not in COLLECTOR_NAMES]
     # The burn-in's sampler and load run side by side in one batch (runner/engine.py): counted once, at the longer
-    # limit, for the run's duration; without --burn-in they are not run at all.
-    burn_in = [s for s in heavy if s.name in COLLECTOR_NAMES]
-    heavy = [s for s in heavy if s.name not in COLLECTOR_NAMES]
-    if burn_in and burn_in_s is not None:
-        burn = burnin_specs(burn_in, host.vars, profile, burn_in_s, burn_in_interval_s)
-        heavy.append(max(burn, key=lambda s: s.timeout_s))
+    # limit, for the run's duration, then its kernel log; without --burn-in they are not run at all.
+    if burn_in_s is not None and any(name in COLLECTOR_NAMES for name in needed):
+        for batch in burnin_batches(burnin_specs(host.vars, profile, burn_in_s, burn_in_interval_s)):
+            heavy.append(max(batch, key=lambda s: s.timeout_s))
     connect = float(host.vars.get("connect_timeout", connect_s))
     total = connect + (max((s.timeout_s for s in light), default=0.0) + BATCH_OVERHEAD_S if light else 0.0)
     total += sum(s.timeout_s + BATCH_OVERHEAD_S for s in heavy)

@@ -11,7 +11,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from nvdeploy.cli.app import cli
-from nvdeploy.collect.burnin_commands import LOAD, SAMPLER
+from nvdeploy.collect.burnin_commands import KMSG_AFTER, LOAD, SAMPLER
 from nvdeploy.config.inventory import load_inventory
 from nvdeploy.config.levels import load_levels
 from nvdeploy.config.profiles import ProfileCatalog
@@ -67,6 +67,9 @@ def test_burn_in_catches_throttle_after_and_passes_a_healthy_node(tmp_path, monk
     assert next(n for n in outcome.run.nodes if n.name == "hot").verdict is Verdict.FAIL
     # Sampler and load side by side, in one batch of their own after the light batch.
     assert ("good", (SAMPLER, LOAD)) in batches and ("hot", (SAMPLER, LOAD)) in batches
+    # The kernel log after them, in a batch of its own.
+    good_batches = [names for name, names in batches if name == "good"]
+    assert good_batches[-2:] == [(SAMPLER, LOAD), (KMSG_AFTER,)]
     assert all(SAMPLER not in names or names == (SAMPLER, LOAD) for _, names in batches)
 
 
@@ -146,7 +149,7 @@ def test_slurm_budget_covers_the_burn_in_once_per_node():
     burn = worst_case(hosts, CATALOG, BURN, 64, 10.0, None, burn_in_s=4 * 3600.0)
     # The load's limit: 4 h, one more DCGM (1200 s) and nccl-tests (900 s) iteration, kill grace and slack; the
     # sampler beside it is not added.
-    assert burn.seconds - plain.seconds == 4 * 3600 + 1200 + 900 + 20 + 60 + 45
+    assert burn.seconds - plain.seconds == (4 * 3600 + 1200 + 900 + 20 + 60 + 45) + (20 + 45)  # + dmesg after
     assert "burnin_load 16580 s" in burn.detail
     # Burn-in checks planned without a duration run nothing, and cost nothing.
     assert worst_case(hosts, CATALOG, BURN, 64, 10.0, None).seconds == plain.seconds

@@ -20,6 +20,7 @@ from _catalog_helpers import context, profile_with, result, run_check, timed_out
 
 from nvdeploy.checks.burnin import decode
 from nvdeploy.collect.burnin_commands import (
+    KMSG_AFTER,
     LOAD,
     SAMPLER,
     SAMPLER_SCRIPT,
@@ -69,9 +70,17 @@ def load_text(iterations: int = 3, busbw=lambda n: 480.0, dcgm_rc: int = 0, dcgm
     return "".join(out) + f"@@done {iterations}\n"
 
 
-def judge(sampler: str, load: str | None = None, profile="h100-sxm-8x"):
+BOOT_LOG = ("[   18.204519] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.90.07  Fri May 31 09:35:42 UTC 2024\n"
+            "[ 1234.567890] NVRM: Xid (PCI:0000:2a:00): 13, pid=1234, name=python3, Graphics SM Warp Exception\n")
+XID_79 = "[ 8434.567890] NVRM: Xid (PCI:0000:9a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+
+
+def judge(sampler: str, load: str | None = None, profile="h100-sxm-8x", after: str | None = BOOT_LOG):
     results = {SAMPLER: result(SAMPLER, sampler)}
     results[LOAD] = result(LOAD, load if load is not None else load_text())
+    results["kmsg"] = result("kmsg", BOOT_LOG)
+    if after is not None:
+        results[KMSG_AFTER] = result(KMSG_AFTER, after)
     ctx = context(results, profile)
     return run_check("burnin.stability", ctx), run_check("burnin.load", ctx)
 
@@ -95,8 +104,10 @@ def test_planned_specs_carry_the_runs_duration_and_the_hosts_nccl_line():
     catalog = ProfileCatalog()
     profile = catalog.get("h100-sxm-8x")
     host_vars = {"nccl_tests_dir": "/opt/nccl tests/build", "nccl_timeout": 600}
-    planned = specs_for([SAMPLER, LOAD], host_vars, heavy=True, profile=profile)
-    specs = {s.name: s for s in burnin_specs(planned, host_vars, profile, 1800, 2)}
+    # Never planned without a duration (as storage without storage_paths): only burnin_specs makes them.
+    assert {s.name for s in specs_for([SAMPLER, LOAD, KMSG_AFTER], host_vars, heavy=True, profile=profile)} == \
+        {KMSG_AFTER}
+    specs = {s.name: s for s in burnin_specs(host_vars, profile, 1800, 2)}
     assert specs[SAMPLER].argv[3:] == ("nvdeploy-burnin-sampler", "1800", "2000")
     assert specs[SAMPLER].timeout_s == 1860
     load = specs[LOAD].argv
@@ -287,6 +298,16 @@ def test_a_failed_dcgm_iteration_fails_and_a_cut_off_load_is_error():
     assert load[0].verdict is Verdict.ERROR
 
 
+def test_an_xid_during_the_burn_in_fails_one_seen_before_does_not():
+    _, load = judge(series(), after=BOOT_LOG + XID_79)
+    assert load[0].verdict is Verdict.FAIL and "1 Xid event(s) during the burn-in: Xid 79 on PCI:0000:9a:00" in \
+        load[0].summary
+    _, load = judge(series(), after=BOOT_LOG)  # the Xid 13 of the boot log was there before: not the burn-in's
+    assert load[0].verdict is Verdict.PASS
+    _, load = judge(series(), after=None)  # the log afterwards not read: no claim that no Xid came
+    assert load[0].verdict is Verdict.ERROR and "kernel log after the burn-in" in load[0].summary
+
+
 # -- the simulator -------------------------------------------------------------------------------------------
 
 
@@ -294,9 +315,8 @@ def _sim(faults, duration=600, interval=5):
     catalog = ProfileCatalog()
     profile = catalog.get("h100-sxm-8x")
     scenario = NodeScenario("node01", profile, tuple(faults))
-    planned = specs_for([SAMPLER, LOAD], {}, heavy=True, profile=profile)
-    results = {}
-    for spec in burnin_specs(planned, {}, profile, duration, interval):
+    results = {"kmsg": result("kmsg", run_tool(scenario, ("dmesg",)).stdout.decode())}
+    for spec in burnin_specs({}, profile, duration, interval):
         out = run_tool(scenario, spec.argv)
         results[spec.name] = result(spec.name, out.stdout.decode(), out.rc, command=shlex.join(spec.argv))
     ctx = context(results)
@@ -314,3 +334,10 @@ def test_sim_healthy_node_passes_and_throttle_after_fails_after_its_minutes():
     stability, _ = _sim(("throttle_after:20",))
     assert {f.verdict for f in stability} == {Verdict.PASS}
     assert validate_fault("throttle_after:5") is None and validate_fault("throttle_after:x") is not None
+
+
+def test_sim_burnin_xid_is_in_the_log_after_the_load_only():
+    _, load = _sim(("burnin_xid:79:3",))
+    assert load[0].verdict is Verdict.FAIL and "Xid 79 on PCI:0000:5d:00" in load[0].summary
+    assert "Xid 79" not in run_tool(NodeScenario("n", ProfileCatalog().get("h100-sxm-8x"), ("burnin_xid:79",)),
+                                    ("dmesg",)).stdout.decode()

@@ -52,6 +52,15 @@ if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmd >/dev/null 2>&1
   fi
 fi
 
+# The node-side batch script (nvdeploy/transport/batch.sh) is checked by shellcheck before any test.
+if ! command -v shellcheck >/dev/null 2>&1; then
+  if can_apt; then
+    apt_install --no-install-recommends shellcheck
+  else
+    echo "tests/run.sh: shellcheck is missing (apt-get install shellcheck): batch.sh is not linted" >&2
+  fi
+fi
+
 # One set-up at a time per checkout (two runs at once must not build .venv together): lock this script's file.
 exec 9<tests/run.sh
 if command -v flock >/dev/null 2>&1; then
@@ -90,6 +99,15 @@ then
   printf '%s\n' "$want" >"$stamp"
 fi
 exec 9<&-
+if command -v shellcheck >/dev/null 2>&1; then
+  if ! shellcheck -s sh nvdeploy/transport/batch.sh >&2; then
+    echo "tests/run.sh: shellcheck found problems in nvdeploy/transport/batch.sh: see above" >&2
+    exit 1
+  fi
+elif [ -n "${NVDEPLOY_REQUIRE_SHELLCHECK:-}" ]; then
+  echo "tests/run.sh: shellcheck is required in CI (.ci/run installs it)" >&2
+  exit 1
+fi
 # The layering contracts (.importlinter) are checked before any test, and a broken one fails the run. import-linter
 # needs Python 3.11+ (the test extra installs it there); an older interpreter skips them and says so.
 if [ -x "$venv/bin/lint-imports" ]; then

@@ -1,5 +1,9 @@
 """One round trip for many commands: a POSIX sh script that runs them side by side, then frames the outputs.
 
+The script's fixed part (session sweep, cappers, frame headers, the lock, the watcher and its heartbeat clock) is
+``batch.sh`` beside this module, shipped as package data and checked by shellcheck; this module adds the settings,
+the commands, their waits and frames.
+
 Each command runs under ``timeout -k`` (so a hung tool is killed on the node, not left behind), with
 ``LC_ALL=C`` and stdin from /dev/null. Outputs are written to a private temp dir and sent back length-prefixed,
 so arbitrary bytes (NUL, invalid UTF-8, a fake sentinel printed by the tool) cannot break the framing. The
@@ -24,11 +28,11 @@ The run's lifetime on the node:
   never reads past CAP, so the rest is then counted exactly by ``wc -c`` and discarded), or for ``keep_tail``
   specs through ``dd`` (which passes everything on and reports the true size) to ``tail -c CAP``. A flooding tool
   cannot fill the node's /tmp.
-- **One run per node at a time**: the batch takes ``flock -n`` on the folder ``$NVDEPLOY_LOCK_DIR`` (default
-  ``/tmp/nvdeploy.lock``, created mode 1777 so every user's run shares it) and writes its holder info (user,
-  run id, start time, pid) to ``holder.<pid>`` inside it. A folder rather than a file: with
-  ``fs.protected_regular`` (the systemd default) nobody can open another user's file in /tmp with O_CREAT, so a
-  lock file created by one operator would be unusable for the next. A batch that cannot take the lock prints
+- **One run per node at a time**: the batch takes ``flock -n`` on a folder: ``$NVDEPLOY_LOCK_DIR``, else
+  ``/run/lock/nvdeploy`` (or ``/var/lock``'s) when it is there for this user (root's, or a group folder an admin
+  made) or root may make it, else ``$XDG_RUNTIME_DIR/nvdeploy``; every folder on the path is checked (owner, mode,
+  no links) before it is used. The holder info (user, run id, start time, pid) goes to a ``holder.<pid>.*`` file
+  made by mktemp inside it. A batch that cannot take the lock prints
   ``__NVD_BUSY__`` with the live holder's info and runs nothing. flock releases with the last process holding
   it, so a lock whose holder is gone is simply taken; a tool that outlived its batch still holds it, and the
   node stays busy. The watcher never holds it, and the script releases it (and removes its holder info and temp
@@ -70,6 +74,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from nvdeploy.results import CommandResult, ErrorReason
@@ -110,179 +115,23 @@ _POLICY = (b"is not in the sudoers file", b"is not allowed to execute", b"is not
 _DD_BS = 65536
 _PW_END = "NVD_PW_END"  # the here-document delimiter that carries the sudo password
 
-# Shell functions of the script. Names start with nvd_ so a tool's environment cannot collide with them.
-_PRELUDE = r"""
-nvd_sid=
-nvd_pg=
-IFS= read -r nvd_l 2>/dev/null </proc/$$/stat && { nvd_l=${nvd_l##*) }; set -- $nvd_l; nvd_pg=$3; nvd_sid=$4; set --; }
-nvd_ours=
-nvd_only_tools=
-# Sweep only a session that is this batch's own: we lead it (local transport), or our parent does and is the
-# login shell sshd started for this channel. Never a session we were merely started from.
-if [ -n "$nvd_sid" ] && [ "$nvd_sid" = "$$" ]; then nvd_ours=1
-elif [ -n "$nvd_sid" ] && [ "$nvd_sid" = "$PPID" ] && IFS= read -r nvd_l 2>/dev/null </proc/$PPID/stat; then
-  nvd_l=${nvd_l##*) }; set -- $nvd_l; nvd_gp=$2; set --
-  IFS= read -r nvd_c 2>/dev/null </proc/$nvd_gp/comm && case $nvd_c in sshd*) nvd_ours=1 ;; esac
-fi
-nvd_nl='
-'
-nvd_sweep() {
-  # Sends $nvd_sig (0: just count) to every process of our session but the pids in $nvd_spare and, when
-  # $nvd_only_tools is set, but our own process group (the shells and cappers; each tool runs under timeout(1),
-  # which gives it a group of its own). nvd_n: how many were signalled. One grep reads every /proc/PID/stat (the
-  # shell's read builtin takes a byte per system call: ~80 per process on the node, for every process); the
-  # shell checks each hit again from the comm's last ")", which a comm cannot fake. The grep itself has ended
-  # when its hits are read, so a kill of its pid fails and is not counted.
-  nvd_n=0
-  [ -n "$nvd_ours" ] || return 0
-  nvd_hits=$(grep -s -h -e ") [A-Za-z] [0-9]* [0-9]* $nvd_sid " /proc/[0-9]*/stat)
-  [ -n "$nvd_hits" ] || return 0
-  set -f; nvd_ifs=$IFS; IFS=$nvd_nl
-  for nvd_l in $nvd_hits; do
-    IFS=$nvd_ifs
-    nvd_p=${nvd_l%% *}
-    case " $nvd_spare " in *" $nvd_p "*) continue ;; esac
-    nvd_l=${nvd_l##*) }
-    set -- $nvd_l
-    [ "$4" = "$nvd_sid" ] || continue
-    case $1 in Z|X) continue ;; esac
-    [ -n "$nvd_only_tools" ] && [ "$3" = "$nvd_pg" ] && continue
-    kill -"$nvd_sig" "$nvd_p" 2>/dev/null && nvd_n=$((nvd_n + 1))
-  done
-  IFS=$nvd_ifs; set +f; set --
-}
-nvd_end() {
-  # Signal what is left of the session: TERM; only when something was signalled, up to the grace for it to go,
-  # then KILL.
-  nvd_sig=TERM; nvd_sweep; [ "$nvd_n" = 0 ] && return 0
-  nvd_i=0
-  while [ "$nvd_i" -lt {grace_ticks} ]; do
-    sleep 0.1 2>/dev/null || sleep 1; nvd_i=$((nvd_i + 1))
-    nvd_sig=0; nvd_sweep; [ "$nvd_n" = 0 ] && return 0
-  done
-  nvd_sig=KILL; nvd_sweep
-}
-nvd_h() { head -c "$2" >"$1"; exec wc -c >"$1n"; }
-nvd_rd() { nvd_v=; read -r nvd_v 2>/dev/null <"$1"; case $nvd_v in ''|*[!0-9]*) nvd_v=0 ;; esac; }
-nvd_fr() {
-  # The frame header of command $1 (exit status $2; $3=t: stdout kept its tail) into $d/$1.h. The kept sizes
-  # come from the one wc over all files (nvd_k_*); the true sizes from each capper's count of the rest, or for a
-  # tail from dd's "N bytes copied".
-  eval "nvd_o=\${nvd_k_$1_o:-0} nvd_e=\${nvd_k_$1_e:-0}"
-  if [ "$3" = t ]; then
-    nvd_v=0
-    while read -r nvd_a nvd_b nvd_c; do
-      case $nvd_b in byte|bytes) case $nvd_a in ''|*[!0-9]*) ;; *) nvd_v=$nvd_a ;; esac ;; esac
-    done 2>/dev/null <"$d/$1.ot"
-    [ "$nvd_v" -ge "$nvd_o" ] || nvd_v=$nvd_o
-    nvd_ot=$nvd_v
-  else nvd_rd "$d/$1.on"; nvd_ot=$((nvd_o + nvd_v)); fi
-  nvd_rd "$d/$1.en"
-  printf '__NVD_CMD %s rc=%s out=%s/%s err=%s/%s__\n' "$1" "$2" "$nvd_o" "$nvd_ot" "$nvd_e" \
-    "$((nvd_e + nvd_v))" >"$d/$1.h"
-}
-"""
+# The fixed part of the node-side script, shipped as package data and checked by shellcheck (batch.sh): its
+# "# @part NAME" sections, in file order. Names in it start with nvd_ so a tool's environment cannot collide.
+_SCRIPT_PATH = Path(__file__).with_name("batch.sh")
 
-# The watcher: one subshell reading the batch's stdin. {wait_for_end} returns at EOF (or, with a heartbeat, after
-# a whole clock period without one); then it ends the session and removes the temp folder.
-_WATCHER = r"""
-exec 3<&0
-(
-  trap '' INT HUP PIPE
-  IFS= read -r nvd_l </proc/self/stat; nvd_me=${nvd_l%% *}; nvd_spare=$nvd_me
-  {wait_for_end}
-  trap '' TERM USR1
-  nvd_end
-  rm -rf "$d" ${nvd_hf:+"$nvd_hf"}
-) <&3 3<&- 9<&- >/dev/null 2>&1 &
-nvd_w=$!
-exec 3<&-
-"""
 
-# Without a heartbeat: EOF only. The main shell stops the watcher with TERM at the normal end.
-_WAIT_EOF = r"""trap 'exit 0' TERM
-  while IFS= read -r nvd_x; do :; done"""
+def _script_parts(text: str) -> dict[str, str]:
+    parts: dict[str, list[str]] = {}
+    current: Optional[list[str]] = None
+    for line in text.splitlines():
+        if line.startswith("# @part "):
+            current = parts.setdefault(line[len("# @part "):].strip(), [])
+        elif current is not None:
+            current.append(line)
+    return {name: "\n".join(body).strip("\n") for name, body in parts.items()}
 
-# With a heartbeat: a clock subshell sends USR1 every {period} s; a trapped signal interrupts the read builtin (it
-# returns 1 with what it read so far), so the loop sees EOF, a heartbeat byte, or a tick. A tick after a whole
-# period without a byte ends the batch: it ends after between {period} and 2x{period} s of silence. A missed tick
-# (a race with the read) only delays that by a period.
-# The clock is started BEFORE the watcher sets its own traps: a child forked with a caught TERM keeps the parent's
-# handler until it resets it, so a TERM that reaches it in that moment is swallowed, and a clock that missed its
-# TERM would run on (and, when waited for, hold up the batch's answer) for a period. Forked first, it has TERM at
-# its default until it sets its own trap. Its first USR1 comes a whole period later, long after the watcher's USR1
-# trap is set. The watcher does not wait for the clock when it stops: the clock's own trap ends it and its sleep at
-# once, and a clock whose watcher is gone exits at its next tick all the same.
-_WAIT_HEARTBEAT = r"""nvd_heard=1; nvd_tick=
-  ( trap 'kill $! 2>/dev/null; exit 0' TERM
-    while sleep {period} & wait $!; do kill -USR1 "$nvd_me" 2>/dev/null || exit 0; done ) &
-  nvd_clk=$!
-  trap 'nvd_tick=1' USR1
-  trap 'kill "$nvd_clk" 2>/dev/null; exit 0' TERM
-  while :; do
-    nvd_x=
-    if IFS= read -r nvd_x; then nvd_heard=1; continue; fi
-    [ -n "$nvd_x" ] && nvd_heard=1
-    [ -n "$nvd_tick" ] || break
-    nvd_tick=
-    [ -n "$nvd_heard" ] || break
-    nvd_heard=
-  done
-  trap '' TERM USR1
-  kill $nvd_clk 2>/dev/null && wait $nvd_clk"""
 
-_LOCK = r"""
-if command -v flock >/dev/null 2>&1; then
-  nvd_ld=${NVDEPLOY_LOCK_DIR:-}
-  if [ -z "$nvd_ld" ]; then
-    # The system's lock folder when its nvdeploy folder is there for us (root's, or one an admin made for a group)
-    # or root may make it; else the user's own runtime folder; else (neither) unlocked.
-    nvd_lb=
-    for nvd_x in {lock_bases}; do [ -d "$nvd_x" ] && [ ! -L "$nvd_x" ] && { nvd_lb=$nvd_x; break; }; done
-    if [ -n "$nvd_lb" ] && { [ -e "$nvd_lb/nvdeploy" ] || [ -L "$nvd_lb/nvdeploy" ]; }; then
-      nvd_safe "$nvd_lb/nvdeploy" || nvd_refuse "run lock folder"
-      [ -w "$nvd_lb/nvdeploy" ] && [ -x "$nvd_lb/nvdeploy" ] && nvd_ld=$nvd_lb/nvdeploy
-    elif [ -n "$nvd_lb" ] && [ -O "$nvd_lb" ]; then
-      nvd_ld=$nvd_lb/nvdeploy
-    fi
-    [ -n "$nvd_ld" ] || nvd_ld=${XDG_RUNTIME_DIR:+${XDG_RUNTIME_DIR%/}/nvdeploy}
-  fi
-  if [ -n "$nvd_ld" ]; then
-    [ "$nvd_ld" = / ] || nvd_ld=${nvd_ld%/}
-    [ -e "$nvd_ld" ] || [ -L "$nvd_ld" ] || mkdir -m 700 "$nvd_ld" 2>/dev/null
-    nvd_safe "$nvd_ld" || nvd_refuse "run lock folder"
-    if command exec 9<"$nvd_ld"; then
-      if flock -n 9; then
-        for nvd_f in "$nvd_ld"/holder.*; do
-          # Stale: its pid is gone. Removed only when it is a plain file of ours (root: anyone's).
-          nvd_x=${nvd_f##*/holder.}; nvd_x=${nvd_x%%.*}
-          [ -f "$nvd_f" ] && [ ! -L "$nvd_f" ] && [ ! -d "/proc/$nvd_x" ] || continue
-          { [ -O "$nvd_f" ] || [ "$nvd_uid" = 0 ]; } && rm -f "$nvd_f" 2>/dev/null
-        done
-        # A fresh file made by mktemp (O_EXCL, mode 0600) in the checked folder, where nobody else can replace it:
-        # the holder info is never written through a name someone planted.
-        nvd_hf=$(mktemp "$nvd_ld/holder.$$.XXXXXX" 2>/dev/null) || nvd_hf=
-        nvd_u=${USER:-$LOGNAME}
-        [ -n "$nvd_u" ] || nvd_u=$(id -un 2>/dev/null || id -u)
-        [ -n "$nvd_hf" ] && { printf 'user=%s run=%s pid=%s since=' "$nvd_u" {run_id} "$$"; \
-          date -u +%Y-%m-%dT%H:%M:%SZ; } 2>/dev/null >"$nvd_hf"
-        # In a folder shared with a group (not ours), the others' busy message reads it.
-        [ -n "$nvd_hf" ] && [ ! -O "$nvd_ld" ] && chmod 644 "$nvd_hf" 2>/dev/null
-      else
-        nvd_info=
-        for nvd_f in "$nvd_ld"/holder.*; do
-          nvd_x=${nvd_f##*/holder.}; nvd_x=${nvd_x%%.*}
-          [ -f "$nvd_f" ] && [ ! -L "$nvd_f" ] && [ -d "/proc/$nvd_x" ] && IFS= read -r nvd_info 2>/dev/null <"$nvd_f" \
-            && break
-        done
-        printf '__NVD_BUSY__ %s\n' "${nvd_info:-holder unknown (no holder info in $nvd_ld)}"
-        printf '{end}\n'
-        exit 0
-      fi
-    fi
-  fi
-fi
-"""
+_PARTS = _script_parts(_SCRIPT_PATH.read_text(encoding="utf-8"))
 
 
 def _timeout(seconds: float) -> str:
@@ -348,6 +197,7 @@ def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False, r
     With ``heartbeat_lost_s``, the caller also sends :data:`HEARTBEAT` every :data:`HEARTBEAT_S` seconds, and
     at most ``heartbeat_lost_s`` seconds of silence (at least half of it) end the batch too.
     """
+    period = max(1, int(heartbeat_lost_s) // 2) if heartbeat_lost_s else 0
     lines = ["export LC_ALL=C LANG=C"]
     if sudo_password:
         lines.append("IFS= read -r NVD_SUDO_PW || NVD_SUDO_PW=")
@@ -362,19 +212,14 @@ def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False, r
         'd=$(mktemp -d "$nvd_t/nvd.XXXXXX") || exit 97',
         "nvd_hf=",
         "trap 'rm -rf \"$d\" ${nvd_hf:+\"$nvd_hf\"}' EXIT",
-        _PRELUDE.replace("{grace_ticks}", str(KILL_GRACE_S * 10)).strip(),
+        # batch.sh's settings (its header lists them): plain words, quoted all the same
+        f"nvd_grace_ticks={KILL_GRACE_S * 10} nvd_period={period} nvd_endm={shlex.quote(END_MARKER.decode())} "
+        f"nvd_run={shlex.quote(run_id or '-')} nvd_lock_bases={shlex.quote(' '.join(LOCK_BASES))}",
+        _PARTS["prelude"],
     ]
     if lock:  # before anything runs: a refused batch starts nothing, and sends no password
-        run = shlex.quote(run_id or "-")
-        bases = " ".join(shlex.quote(base) for base in LOCK_BASES)
-        lines.append(_LOCK.replace("{lock_bases}", bases).replace("{run_id}", run)
-                     .replace("{end}", END_MARKER.decode()).strip())
-    if heartbeat_lost_s:
-        period = max(1, int(heartbeat_lost_s) // 2)
-        wait_for_end = _WAIT_HEARTBEAT.replace("{period}", str(period))
-    else:
-        wait_for_end = _WAIT_EOF
-    lines.append(_WATCHER.replace("{wait_for_end}", wait_for_end).strip())
+        lines.append(_PARTS["lock"])
+    lines.append(_PARTS["watcher"])
     gate = sudo_password and any(spec.sudo for spec in commands)
     if gate:
         # One password attempt per node: alone, before anything else that uses sudo.

@@ -1,0 +1,75 @@
+"""The node-side batch script's fixed part, nvdeploy/transport/batch.sh: package data, linted by shellcheck, and
+assembled by batch.py into a script that a POSIX sh (dash here, as on Debian/Ubuntu nodes) runs as before."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from nvdeploy.transport import batch
+from nvdeploy.transport.base import CommandSpec
+from nvdeploy.transport.local import LocalTransport
+
+SCRIPT = Path(batch.__file__).with_name("batch.sh")
+SETTINGS = ("d", "nvd_grace_ticks", "nvd_period", "nvd_endm", "nvd_run", "nvd_lock_bases")
+
+
+def _shellcheck() -> str:
+    found = shutil.which("shellcheck")
+    if found is None:
+        if os.environ.get("NVDEPLOY_REQUIRE_SHELLCHECK"):
+            pytest.fail("shellcheck is required in CI but missing (.ci/run installs it)")
+        pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
+    return found
+
+
+def test_the_script_has_its_three_parts_in_order_and_documents_every_setting() -> None:
+    text = SCRIPT.read_text(encoding="utf-8")
+    assert [m.group(1) for m in re.finditer(r"^# @part (\w+)$", text, re.M)] == ["prelude", "lock", "watcher"]
+    header = text.split("# @part ", 1)[0]
+    for name in SETTINGS:
+        assert re.search(rf"^#\s+{name}\s", header, re.M), name
+
+
+def test_shellcheck_finds_nothing_in_batch_sh() -> None:
+    proc = subprocess.run([_shellcheck(), "-s", "sh", str(SCRIPT)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("options", [{}, {"heartbeat_lost_s": 60.0}, {"lock": False}, {"sudo_password": True}],
+                         ids=["plain", "heartbeat", "unlocked", "sudo-password"])
+def test_every_assembled_script_sets_what_batch_sh_reads_and_parses_as_sh(options: dict) -> None:
+    specs = [CommandSpec("one", ("printf", "a b"), 5.0), CommandSpec("two", ("dmesg",), 5.0, sudo=True,
+                                                                      keep_tail=True)]
+    script = batch.build_script(specs, run_id="run 1; rm -rf /", **options)
+    assert "{" + "grace_ticks}" not in script and "{" + "period}" not in script and "{" + "end}" not in script
+    settings = next(line for line in script.splitlines() if line.startswith("nvd_grace_ticks="))
+    assert "nvd_run='run 1; rm -rf /'" in settings  # quoted: a run id never reaches the shell as code
+    assert f"nvd_period={30 if options.get('heartbeat_lost_s') else 0}" in settings
+    assert ("@part" not in script) and (("flock" in script) == options.get("lock", True))
+    dash = shutil.which("dash") or shutil.which("sh")
+    assert dash is not None
+    checked = subprocess.run([dash, "-n"], input=script, capture_output=True, text=True, timeout=30)
+    assert checked.returncode == 0, checked.stderr
+
+
+def test_the_assembled_script_runs_its_commands_and_frames_their_outputs(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("NVDEPLOY_LOCK_DIR", str(tmp_path / "lock"))
+    specs = [CommandSpec("say", ("printf", "%s", "hello world"), 10.0),
+             CommandSpec("fail", ("sh", "-c", "echo oops >&2; exit 3"), 10.0),
+             CommandSpec("slow", ("sleep", "30"), 1.0)]
+    transport = LocalTransport()
+    try:
+        results = transport.run_batch(specs)
+    finally:
+        transport.close()
+    by_name = {r.name: r for r in results}
+    assert (by_name["say"].rc, by_name["say"].stdout) == (0, b"hello world")
+    assert (by_name["fail"].rc, by_name["fail"].stderr) == (3, b"oops\n")
+    assert by_name["slow"].timed_out and by_name["slow"].rc is None
+    assert [p.name for p in (tmp_path / "lock").iterdir()] == []  # holder info removed at the end

@@ -1,0 +1,117 @@
+"""The node-side cost of the batch wrapper: processes and CPU per node, against the same commands joined by ``;``.
+
+Runs the quick level's light collectors of one h100-sxm-8x node on this machine, each command's tool replaced by
+``true`` (the tool costs the same in both contenders; what differs is the wrapper), two ways:
+
+- ``batch``: the script nvdeploy sends (transport/batch.py + batch.sh: per-command timeout, cappers, frames, lock,
+  watcher), fed on a held-open stdin as the transports do;
+- ``plain``: the same command lines (their ``timeout`` and quoting included, no cappers, lock or frames) joined by
+  ``;`` in one ``sh -c``, as a bare fabric loop would send them.
+
+Each run is in a fresh PID namespace (``unshare --pid --fork``, root): the pid the namespace's next process gets,
+minus one, is how many processes the run created. CPU is the user+system time the run's process tree used
+(``os.wait4`` of ``unshare``). Prints the median of ``--repeat`` runs, interleaved, and the ratio; a run whose
+outputs were not all framed prints NOT MEASURED, never a figure.
+
+    python3 bench/bench_batch.py [--repeat 15] [--tool true]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from nvdeploy.checks import CHECKS  # noqa: E402
+from nvdeploy.collect.catalog import light_specs  # noqa: E402
+from nvdeploy.runner.engine import QUICK_CHECKS  # noqa: E402
+from nvdeploy.transport import batch  # noqa: E402
+
+# What the namespace runs after the measured script: its own pid is the count of processes created before it + 1.
+_COUNT = 'sh -c \'echo "__NVD_NEXT_PID__ $$"\''
+
+
+def quick_specs(tool: str) -> list:
+    names = list(dict.fromkeys(n for check in QUICK_CHECKS for n in CHECKS[check].collectors))
+    return [replace(spec, argv=(tool,), sudo=False) for spec in light_specs({"sudo": False}, names)]
+
+
+def plain_script(specs: list) -> str:
+    return "; ".join(batch._timeout(spec.timeout_s) + shlex.join(spec.argv) + " </dev/null" for spec in specs)
+
+
+def measure(script: str, lock_dir: str) -> tuple[int, float, bytes]:
+    """(processes created by ``script``, CPU seconds of its tree, its stdout)."""
+    wrapper = f"{script}\n{_COUNT}\n"
+    env = {**os.environ, "NVDEPLOY_LOCK_DIR": lock_dir, "LC_ALL": "C"}
+    # The measured shell reads its script from a file; its stdin stays an open pipe until it is done (the batch's
+    # watcher ends everything at EOF, as on a node whose controller went away).
+    with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as handle:
+        handle.write(wrapper)
+    try:
+        proc = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "sh", handle.name],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.stdin is not None:
+            proc.stdin.close()
+    finally:
+        os.unlink(handle.name)
+    marker = out.rsplit(b"__NVD_NEXT_PID__ ", 1)
+    # The namespace's first process (pid 1) is the measured sh itself; the counter is the last one created.
+    created = int(marker[1].split()[0]) - 1 if len(marker) == 2 else -1
+    return created, usage.ru_utime + usage.ru_stime, out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--tool", default="true", help="what every command runs (default: true)")
+    args = parser.parse_args()
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        print("NOT MEASURED: needs root and util-linux's unshare (a PID namespace per run)")
+        return 2
+    specs = quick_specs(args.tool)
+    batch_script = batch.build_script(specs, run_id="bench", heartbeat_lost_s=batch.HEARTBEAT_LOST_S)
+    plain = plain_script(specs)
+    results: dict[str, list[tuple[int, float]]] = {"batch": [], "plain": []}
+    with tempfile.TemporaryDirectory() as lock_dir:
+        for _ in range(args.repeat):
+            for name, script in (("batch", batch_script), ("plain", plain)):
+                created, cpu, out = measure(script, lock_dir)
+                if name == "batch":
+                    framed = batch.parse_output(specs, out.split(b"__NVD_NEXT_PID__")[0], 0.0)
+                    failed = [r.name for r in framed if r.rc != 0]
+                    if failed or batch.END_MARKER not in out:
+                        print(f"NOT MEASURED: the batch did not frame every command ({', '.join(failed) or 'no end'})")
+                        return 1
+                if created < 0:
+                    print(f"NOT MEASURED: the {name} run printed no process count")
+                    return 1
+                results[name].append((created, cpu))
+    load = os.getloadavg()[0]
+    procs = {k: statistics.median(c for c, _ in v) for k, v in results.items()}
+    cpu = {k: statistics.median(t for _, t in v) * 1000 for k, v in results.items()}
+    print(f"node-side cost of one quick-level batch ({len(specs)} commands, tool '{args.tool}'), "
+          f"median of {args.repeat}, load {load:.1f}")
+    print(f"  processes per node: batch {procs['batch']:.0f}, plain {procs['plain']:.0f} "
+          f"({procs['batch'] / len(specs):.1f} vs {procs['plain'] / len(specs):.1f} per command; "
+          f"ratio {procs['batch'] / procs['plain']:.2f}x)")
+    print(f"  node-side CPU: batch {cpu['batch']:.1f} ms, plain {cpu['plain']:.1f} ms "
+          f"(ratio {cpu['batch'] / cpu['plain']:.2f}x; goal <= 1.3x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -341,3 +341,15 @@ def test_sim_burnin_xid_is_in_the_log_after_the_load_only():
     assert load[0].verdict is Verdict.FAIL and "Xid 79 on PCI:0000:5d:00" in load[0].summary
     assert "Xid 79" not in run_tool(NodeScenario("n", ProfileCatalog().get("h100-sxm-8x"), ("burnin_xid:79",)),
                                     ("dmesg",)).stdout.decode()
+
+
+def test_profile_burnin_section_is_schema_checked():
+    from nvdeploy.config.profile_schema import check_sections
+    from nvdeploy.config.yamlfile import ConfigError
+
+    check_sections({"burnin": {"clock_drop_pct": 10, "figure_drop_pct": 5, "fail": ["sw_power_cap"],
+                               "warn": ["sync_boost"]}}, "p.yaml")
+    for bad, key in (({"clock_drop": 10}, "burnin.clock_drop"), ({"fail": ["hot"]}, "burnin.fail"),
+                     ({"figure_drop_pct": 0}, "burnin.figure_drop_pct")):
+        with pytest.raises(ConfigError, match=key):
+            check_sections({"burnin": bad}, "p.yaml")

@@ -14,7 +14,7 @@ import importlib.machinery
 import sys
 import warnings
 from types import ModuleType
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 # old name below nvdeploy. -> new name below nvdeploy.; a moved folder (commands, probe) moves its modules with it.
 # nvdeploy.cli and nvdeploy.collect are packages now (the stage folders): they answer the old modules' names
@@ -86,3 +86,18 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 def install() -> None:
     if not any(isinstance(finder, _MovedModuleFinder) for finder in sys.meta_path):
         sys.meta_path.append(_MovedModuleFinder())
+
+
+def forward_names(package: str, module: str) -> Callable[[str], object]:
+    """A module ``__getattr__`` for ``package``, a stage folder that took the place of a flat module: the flat
+    module's names, now in ``module``, are found there, with a DeprecationWarning."""
+
+    def forwarded(name: str) -> object:
+        try:
+            value = getattr(importlib.import_module(module), name)
+        except AttributeError:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
+        warnings.warn(f"{package}.{name} moved to {module}.{name}", DeprecationWarning, stacklevel=2)
+        return value
+
+    return forwarded

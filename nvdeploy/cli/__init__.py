@@ -6,6 +6,8 @@ subcommand (each registers itself on the group). The CLI may import every other 
 
 from __future__ import annotations
 
+from nvdeploy._moved import forward_names
+
 
 def main() -> None:
     """The ``nvdeploy`` entry point (``nvdeploy.cli:main``, kept for installed scripts): the app's main."""
@@ -14,15 +16,5 @@ def main() -> None:
     app_main()
 
 
-def __getattr__(name: str) -> object:
-    """Names of the old flat ``nvdeploy/cli.py`` (now ``cli/app.py``) keep working, with a warning."""
-    import importlib
-    import warnings
-
-    module = importlib.import_module("nvdeploy.cli.app")
-    try:
-        value = getattr(module, name)
-    except AttributeError:
-        raise AttributeError(f"module 'nvdeploy.cli' has no attribute {name!r}") from None
-    warnings.warn(f"nvdeploy.cli.{name} moved to nvdeploy.cli.app.{name}", DeprecationWarning, stacklevel=2)
-    return value
+# Names of the old flat nvdeploy/cli.py (now cli/app.py) keep working, with a DeprecationWarning.
+__getattr__ = forward_names("nvdeploy.cli", "nvdeploy.cli.app")

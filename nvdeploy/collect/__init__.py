@@ -6,16 +6,7 @@
 describe commands; a transport runs them. This stage imports the config, the transport interface and nothing later.
 """
 
+from nvdeploy._moved import forward_names
 
-def __getattr__(name: str) -> object:
-    """Names of the old flat ``nvdeploy/collect.py`` (now ``collect/catalog.py``) keep working, with a warning."""
-    import importlib
-    import warnings
-
-    module = importlib.import_module("nvdeploy.collect.catalog")
-    try:
-        value = getattr(module, name)
-    except AttributeError:
-        raise AttributeError(f"module 'nvdeploy.collect' has no attribute {name!r}") from None
-    warnings.warn(f"nvdeploy.collect.{name} moved to nvdeploy.collect.catalog.{name}", DeprecationWarning, stacklevel=2)
-    return value
+# Names of the old flat nvdeploy/collect.py (now collect/catalog.py) keep working, with a DeprecationWarning.
+__getattr__ = forward_names("nvdeploy.collect", "nvdeploy.collect.catalog")

@@ -102,4 +102,23 @@ CLUSTER_CHECKS: dict[str, str] = {
         ERROR (inconclusive) on every participant when a failing set was not localised. No round starts after the global
         ``--deadline`` (ERROR not_run), a round's timeouts end by it, and a bisection it stops names nobody.
         Remediation: ISOLATE the named node and check its InfiniBand ports and cables."""),
+    "nccl.domain": inspect.cleandoc("""nccl-tests all_reduce across each multi-node NVLink domain (NVL72 rack), on
+        profiles with ``nvlink_domain`` (GB200/GB300 NVL72); nothing elsewhere.
+        For each domain (the trays whose GPUs registered with one clusterUuid + cliqueId; named by their ``rack``),
+        one mpirun of nccl-tests ``all_reduce_perf -b 8G -e 8G -g 1 -c 1`` over its trays that passed their own
+        checks, one rank per GPU, ``NCCL_MNNVL_ENABLE=1 NCCL_NVLS_ENABLE=1``; the domains run in parallel, each on
+        its own. PASS: busbw at 8 GiB >= the profile's ``nvlink_domain.all_reduce_busbw_gbps`` x ``floor_pct``
+        (gb200-nvl72: 840 x 95% = 798 GB/s, from a published full-rack run at 835-847 GB/s), #wrong 0. A domain
+        short of trays or with failed trays runs over the healthy ones and says which were left out. A low domain is
+        bisected within itself (as nccl.multinode): FAIL on the named tray and the domain, ERROR (inconclusive) on
+        its trays when not localised. With more than one domain, one more all_reduce over one healthy tray per
+        domain with ``NCCL_MNNVL_ENABLE=0 NCCL_NVLS_ENABLE=0`` (InfiniBand) against ``nccl.multinode_busbw_gbps``.
+        SKIP "no floor in the profile" with the measured figure where the profile states no floor (gb300-nvl72:
+        no public figure), never PASS. The global ``--deadline`` holds as for nccl.multinode. Remediation: ISOLATE
+        the named tray, check its NVLink cabling and cartridges and the switch trays (NVIDIA GB200 NVL Multi-Node
+        Tuning Guide), then reset it.
+
+        Sources: a GB200 NVL72 full rack (72 ranks) at 834.57-846.82 GB/s all_reduce busbw from 4 to 8 GiB
+        (coreweave/nccl-tests pull request 43); NCCL_MNNVL_ENABLE and NCCL_NVLS_ENABLE from NCCL's environment
+        variables documentation."""),
 }

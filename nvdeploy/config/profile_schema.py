@@ -108,7 +108,13 @@ SECTIONS: dict[str, dict[str, tuple[Callable[[Any], bool], str, bool]]] = {
     # A multi-node NVLink domain (NVL72 rack): its size when whole, in nodes (compute trays) and GPUs. Absent:
     # the node is an NVLink domain of its own (HGX baseboard, PCIe), and domain checks SKIP.
     "nvlink_domain": {"trays": (lambda v: _count(v) and v > 0, "a positive integer number of trays (nodes)", True),
-                      "gpus": (lambda v: _count(v) and v > 0, "a positive integer number of GPUs", True)},
+                      "gpus": (lambda v: _count(v) and v > 0, "a positive integer number of GPUs", True),
+                      # nccl.domain: all_reduce across the whole domain over multi-node NVLink (it lives with the
+                      # domain, not in nccl:, whose single-node figure a tray profile need not state).
+                      "all_reduce_busbw_gbps": (_number, "a positive number (GB/s, all_reduce over the whole "
+                                                "domain, 8 GiB)", False),
+                      "floor_pct": (_pct, "a percentage (0-100] of all_reduce_busbw_gbps", False),
+                      "source": (lambda v: isinstance(v, str), "a string", False)},
     # Datasheet figures per GPU for `nvdeploy size`: DENSE Tensor-Core TFLOPS (halve NVIDIA's sparse figures), an
     # absent precision means the SKU has no Tensor-Core path for it. Optional: a user profile may omit it.
     "datasheet": {**{key: (_number, "a positive number (dense TFLOPS per GPU)", False)

@@ -46,6 +46,10 @@ class NvlinkDomain:
 
     trays: int
     gpus: int
+    # nccl.domain's reference: all_reduce busbw (GB/s, 8 GiB) over the whole domain with multi-node NVLink, and
+    # the floor as a percentage of it; None: no citable figure, the check SKIPs (never PASS without a floor).
+    all_reduce_busbw_gbps: Optional[float] = None
+    floor_pct: float = 95.0
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,10 @@ def _nvlink_domain(data: Any, gpus_per_node: int, file: str) -> Optional[NvlinkD
     if "nvlink_domain" not in data:
         return None
     body = data["nvlink_domain"]
-    domain = NvlinkDomain(trays=int(body["trays"]), gpus=int(body["gpus"]))
+    busbw = body.get("all_reduce_busbw_gbps")
+    domain = NvlinkDomain(trays=int(body["trays"]), gpus=int(body["gpus"]),
+                          all_reduce_busbw_gbps=float(busbw) if busbw is not None else None,
+                          floor_pct=float(body.get("floor_pct", 95)))
     if domain.gpus != domain.trays * gpus_per_node:
         raise ConfigError(f"must be trays x gpu.count = {domain.trays} x {gpus_per_node} = "
                           f"{domain.trays * gpus_per_node}, got {domain.gpus}", file, line_of(body, "gpus"),

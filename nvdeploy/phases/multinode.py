@@ -17,7 +17,7 @@ import concurrent.futures as cf
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from nvdeploy.checks.nccl import Assessment, NcclExpectation, assess
 from nvdeploy.config.hostrange import fold
@@ -76,22 +76,26 @@ def multinode_expectation(profile: Profile) -> NcclExpectation:
     return NcclExpectation(float(nccl["multinode_busbw_gbps"]), float(nccl.get("floor_pct", 95)))
 
 
-def mpirun_argv(group: Sequence[Host], gpus_per_node: int, launcher: Host, timeout_s: float) -> tuple[str, ...]:
+def mpirun_argv(group: Sequence[Host], gpus_per_node: int, launcher: Host, timeout_s: float,
+                extra_env: Optional[Mapping[str, str]] = None) -> tuple[str, ...]:
     """The mpirun command line: host list from the inventory (names are validated there, so none can pass
-    as an option), NCCL environment from the launcher's ``nccl_env``, ``--timeout`` so a hang ends in mpirun."""
+    as an option), NCCL environment from the launcher's ``nccl_env`` (then ``extra_env``), ``--timeout`` so a
+    hang ends in mpirun."""
     hosts = ",".join(f"{h.address}:{gpus_per_node}" for h in group)
     argv = ["mpirun", "--timeout", str(int(timeout_s)), "--bind-to", "none", "-np", str(gpus_per_node * len(group)),
             "-H", hosts]
-    for name, value in nccl_env(group, launcher).items():
+    for name, value in nccl_env(group, launcher, extra_env).items():
         argv += ["-x", f"{name}={value}"]
     if launcher.get("ssh_user") == "root":
         argv.insert(1, "--allow-run-as-root")
     return (*argv, *nccl_tool_argv(launcher))
 
 
-def nccl_env(group: Sequence[Host], launcher: Host) -> dict[str, str]:
-    """The ranks' NCCL environment: NCCL_DEBUG=VERSION, then the launcher's ``nccl_env`` (sorted)."""
+def nccl_env(group: Sequence[Host], launcher: Host, extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+    """The ranks' NCCL environment: NCCL_DEBUG=VERSION, then the launcher's ``nccl_env`` (sorted); ``extra`` (a
+    stage's own settings, e.g. multi-node NVLink on or off) wins over ``nccl_env``: it is what the stage measures."""
     env = {str(k): str(v) for k, v in (launcher.get("nccl_env") or {}).items()}
+    env.update(extra or {})
     if len(group) == 2:
         # Tree algorithms report more than two nodes' links can carry: ring is the honest 2-node figure.
         env["NCCL_ALGO"] = "RING"
@@ -107,7 +111,9 @@ def nccl_tool_argv(launcher: Host) -> tuple[str, ...]:
 
 class MultiNodeRunner:
     def __init__(self, hosts: Sequence[Host], catalog: ProfileCatalog, options: EngineOptions,
-                 recorder: RunRecorder, all_hosts: Sequence[Host], deadline_at: Optional[float] = None) -> None:
+                 recorder: RunRecorder, all_hosts: Sequence[Host], deadline_at: Optional[float] = None,
+                 extra_env: Optional[Mapping[str, str]] = None, expectation: Optional[NcclExpectation] = None,
+                 low_bw_hint: Optional[str] = None, evidence_prefix: str = "nccl_multinode") -> None:
         self.hosts = {h.name: h for h in hosts}
         self.deadline_at = deadline_at
         self.catalog = catalog
@@ -117,6 +123,12 @@ class MultiNodeRunner:
         self.runs: list[GroupRun] = []
         self._lock = threading.Lock()
         self._counter = 0
+        # Another stage's runs (nccl.domain): its own NCCL settings, floor, hint and evidence names.
+        self.extra_env = dict(extra_env or {})
+        self.expectation = expectation
+        self.low_bw_hint = low_bw_hint or ("the slowest inter-node link sets the pace: check InfiniBand ports, "
+                                           "cables and switches of these nodes")
+        self.evidence_prefix = evidence_prefix
 
     def run_group(self, names: Sequence[str]) -> GroupRun:
         group = [self.hosts[n] for n in names]
@@ -137,11 +149,13 @@ class MultiNodeRunner:
             # --via slurm: one srun step from the controller across the group (the cluster's MPI plugin), not
             # mpirun over SSH from a launcher node.
             tool = "srun"
-            result = pool.run_nccl([h.name for h in group], gpus, nccl_tool_argv(launcher), nccl_env(group, launcher),
+            result = pool.run_nccl([h.name for h in group], gpus, nccl_tool_argv(launcher),
+                                   nccl_env(group, launcher, self.extra_env),
                                    mpirun_timeout, command_timeout, ranks_per_node=ranks)
         else:
             tool = "mpirun"
-            spec = CommandSpec("nccl_multinode", mpirun_argv(group, ranks, launcher, mpirun_timeout), command_timeout)
+            spec = CommandSpec("nccl_multinode", mpirun_argv(group, ranks, launcher, mpirun_timeout, self.extra_env),
+                               command_timeout)
             transport = make_transport(launcher, self.catalog, self.options, peers=self.all_hosts)
             try:
                 transport.connect()
@@ -154,17 +168,16 @@ class MultiNodeRunner:
                 transport.close()
         with self._lock:
             self._counter += 1
-            label = f"nccl_multinode_{self._counter:03d}"
+            label = f"{self.evidence_prefix}_{self._counter:03d}"
         evidence = self.recorder.write_evidence("_cluster", [replace(result, name=label)])[0].path
         if result.error is not None or result.timed_out:
             assessment = Assessment(Verdict.ERROR, f"{tool} on {fold(names)} did not finish: "
                                     f"{result.error_detail or 'timed out'}", reason=result.error or ErrorReason.TIMEOUT)
             return self._keep(GroupRun(tuple(names), False, (assessment,), evidence, None))
         facts = parse_nccl_tests(result.text)
-        assessments = assess(facts, result, ranks=ranks * len(group), exp=multinode_expectation(profile),
-                             label=f"all_reduce_perf on {fold(names)}",
-                             low_bw_hint="the slowest inter-node link sets the pace: check InfiniBand ports, cables "
-                             "and switches of these nodes")
+        exp = self.expectation if self.expectation is not None else multinode_expectation(profile)
+        assessments = assess(facts, result, ranks=ranks * len(group), exp=exp,
+                             label=f"all_reduce_perf on {fold(names)}", low_bw_hint=self.low_bw_hint)
         ok = all(a.verdict in (Verdict.PASS, Verdict.WARN) for a in assessments)
         busbw = next((a.observed for a in assessments if a.unit == "GB/s" and isinstance(a.observed, float)), None)
         return self._keep(GroupRun(tuple(names), ok, tuple(assessments), evidence, busbw))

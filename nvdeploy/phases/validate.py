@@ -33,6 +33,7 @@ MULTINODE_CHECK = next(iter(c for c in CLUSTER_CHECKS if c == "nccl.multinode"))
 GPUDIRECT_CHECK = "rdma.gpudirect"  # nvdeploy/checks/rdma.py, run by nvdeploy/phases/gpudirect.py
 GPU_OPERATOR_PREFIX = "gpu_operator."  # nvdeploy/checks/gpu_operator.py, run by nvdeploy/phases/k8s.py
 IMEX_DOMAIN_CHECK = "imex.domain"  # nvdeploy/checks/imex.py, run by nvdeploy/phases/imex.py
+NCCL_DOMAIN_CHECK = "nccl.domain"  # nvdeploy/checks/registry.py, run by nvdeploy/phases/domain.py
 
 
 @dataclass(frozen=True)
@@ -238,6 +239,11 @@ def _cluster_stages(all_hosts: list[Host], catalog: ProfileCatalog, options: Eng
 
         stages.append(_ClusterStage("multi-node nccl-tests", lambda nodes: run_multinode(
             nodes, all_hosts, catalog, options, recorder, options.multinode_pattern, deadline_at)))
+    if NCCL_DOMAIN_CHECK in options.checks:
+        from nvdeploy.phases.domain import run_domains
+
+        stages.append(_ClusterStage("NVLink domains (nccl-tests over multi-node NVLink)", lambda nodes: run_domains(
+            nodes, all_hosts, catalog, options, recorder, deadline_at)))
     if GPUDIRECT_CHECK in options.checks:
         from nvdeploy.phases.gpudirect import run_gpudirect
 

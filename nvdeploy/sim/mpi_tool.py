@@ -9,6 +9,11 @@ Bandwidth: a healthy set reaches 1% above the hardware profile's ``nccl.multinod
 of any participant: ``nccl_low_bw`` or ``ib_port_down`` -> 60% of that (the slowest link sets the ring's pace);
 ``nccl_hang`` -> the run hangs, or, with ``--timeout``, mpirun stops it and exits 1 after printing Open MPI's
 timeout message; ``unreachable`` -> the daemon on that host cannot start: Open MPI's error, no table, exit 1.
+
+A run with ``NCCL_MNNVL_ENABLE=1`` (nccl.domain: the trays of one NVLink domain) goes over multi-node NVLink
+instead: 1% above the profile's ``nvlink_domain.all_reduce_busbw_gbps`` (800 GB/s where the profile states none),
+and ``mnnvl_slow`` on any participant -> 60% of that; the InfiniBand faults do not touch it. Without MNNVL
+(``NCCL_MNNVL_ENABLE=0``, or unset) ``mnnvl_slow`` changes nothing: the ranks talk over InfiniBand.
 """
 
 from __future__ import annotations
@@ -23,8 +28,13 @@ from nvdeploy.sim import perf
 from nvdeploy.sim.nccl_tool import HEALTHY_MARGIN, LOW_BW_FACTOR, NCCL_CODE, NCCL_TESTS_VERSION, NCCL_VERSION, busbw_at
 from nvdeploy.sim.nccl_tool import _bytes as parse_size
 from nvdeploy.sim.nccl_tool import _time as fmt_time
-from nvdeploy.sim.scenario import NodeScenario, node_facts
+from nvdeploy.sim.scenario import NodeScenario, node_facts, register_fault
 from nvdeploy.sim.tools import ToolOutput, register_tool
+
+register_fault("mnnvl_slow", "NVLink domain tray: its multi-node NVLink runs slow, so an all_reduce over the domain "
+               "with NCCL_MNNVL_ENABLE=1 comes out at 60% of the profile's nvlink_domain figure (nccl.domain)")
+# A healthy domain's busbw where the profile states no figure (gb300-nvl72): only for the simulated run.
+DEFAULT_DOMAIN_BUSBW = 800.0
 
 _WITH_VALUE = {"-np", "-n", "--np", "-H", "--host", "-x", "--bind-to", "--map-by", "--timeout", "--hostfile",
                "--report-state-on-timeout", "--mca", "-mca"}
@@ -154,9 +164,15 @@ def multinode_table(scenario: NodeScenario, hosts: Sequence[tuple[str, int]], en
             return ToolOutput(b"", message.encode(), 1, delay_s=float(timeout))
         return ToolOutput(b"", hang=True)
     nccl = scenario.hardware.extra.get("nccl") or {}
-    peak = float(nccl.get("multinode_busbw_gbps", 45.0)) * HEALTHY_MARGIN
-    if every & {"nccl_low_bw", "ib_port_down"}:
-        peak *= LOW_BW_FACTOR
+    domain = getattr(scenario.hardware, "nvlink_domain", None)
+    if env.get("NCCL_MNNVL_ENABLE") == "1" and domain is not None:
+        peak = float(domain.all_reduce_busbw_gbps or DEFAULT_DOMAIN_BUSBW) * HEALTHY_MARGIN
+        if "mnnvl_slow" in every:
+            peak *= LOW_BW_FACTOR
+    else:
+        peak = float(nccl.get("multinode_busbw_gbps", 45.0)) * HEALTHY_MARGIN
+        if every & {"nccl_low_bw", "ib_port_down"}:
+            peak *= LOW_BW_FACTOR
     # A synchronous collective goes as fast as its slowest member (slower:<PCT>, nvdeploy/sim/perf.py).
     peak *= min((perf.slower_factor(f or ()) for f in faults.values()), default=1.0)
     ranks = sum(slots for _, slots in hosts)

@@ -68,14 +68,14 @@ def worst_case(hosts: Sequence[Any], catalog: Any, checks: Sequence[str], forks:
     waves = 1 if via_slurm else math.ceil(len(hosts) / max(1, forks))
     total = longest * max(1, waves)
     detail = f"per node up to {longest / 60:.0f} min ({why})" + (f" x {waves} waves of --forks" if waves > 1 else "")
-    stages = _stages_s(hosts, checks, pattern)
+    stages = _stages_s(hosts, checks, pattern, catalog)
     if stages:
         total += stages
         detail += f" + cluster stages up to {stages / 60:.0f} min"
     return Budget(total + CLOSE_S, detail)
 
 
-def _stages_s(hosts: Sequence[Any], checks: Sequence[str], pattern: str) -> float:
+def _stages_s(hosts: Sequence[Any], checks: Sequence[str], pattern: str, catalog: Any = None) -> float:
     from nvdeploy.phases.multinode import DEFAULT_TIMEOUT_S as NCCL_S
     from nvdeploy.phases.multinode import MPIRUN_GRACE_S
 
@@ -85,12 +85,36 @@ def _stages_s(hosts: Sequence[Any], checks: Sequence[str], pattern: str) -> floa
     if "nccl.multinode" in checks:
         rounds = 1 if pattern == "all" else 1 + 2 * math.ceil(math.log2(n))
         total += rounds * (float(first.get("nccl_timeout", NCCL_S)) + MPIRUN_GRACE_S)
+    if "nccl.domain" in checks and _has_nvlink_domain(hosts, catalog):
+        # Domains run in parallel: one domain's bisection (trays per domain from the profile) and the inter-domain run.
+        trays = max(2, min(n, 18))
+        rounds = 1 + 2 * math.ceil(math.log2(trays)) + 1
+        total += rounds * (float(first.get("nccl_timeout", NCCL_S)) + MPIRUN_GRACE_S)
     if "rdma.gpudirect" in checks:
         from nvdeploy.phases.gpudirect import DEFAULT_TIMEOUT_S as RDMA_S
         from nvdeploy.phases.gpudirect import SERVER_EXTRA_S
 
         total += (n - 1) * (float(first.get("gpudirect_timeout", RDMA_S)) + SERVER_EXTRA_S)
     return total
+
+
+def _has_nvlink_domain(hosts: Sequence[Any], catalog: Any = None) -> bool:
+    """Whether some host's profile has an NVLink domain (nccl.domain runs only there); a profile that cannot be
+    read counts, so the budget errs long."""
+    if catalog is None:
+        from nvdeploy.config.profiles import ProfileCatalog
+
+        catalog = ProfileCatalog()
+    for host in hosts:
+        name = (getattr(host, "vars", None) or {}).get("profile")
+        if not name:
+            continue
+        try:
+            if catalog.get(str(name)).nvlink_domain is not None:
+                return True
+        except Exception:  # noqa: BLE001 - an unknown profile: count the stage rather than under-book
+            return True
+    return False
 
 
 def minutes(seconds: float) -> str:

@@ -146,6 +146,8 @@ def _cluster_sources() -> dict[str, str]:
     # nccl.multinode's text is in the registry; its code is the multi-node phase.
     if sources.get("nccl.multinode", "").endswith("registry.py"):
         sources["nccl.multinode"] = "nvdeploy/phases/multinode.py"
+    if sources.get("nccl.domain", "").endswith("registry.py"):
+        sources["nccl.domain"] = "nvdeploy/phases/domain.py"
     return sources
 
 

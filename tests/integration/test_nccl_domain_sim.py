@@ -1,0 +1,71 @@
+"""nccl.domain over two simulated GB200 NVL72 racks (inventories/gb200-2rack.yaml, 36 trays) at level full,
+in-process, with one tray's multi-node NVLink slow (mnnvl_slow): the slow rack's all_reduce is bisected down to
+exactly that tray, the other rack PASSes over its healthy trays, and the InfiniBand run across the racks is
+reported (SKIP with its figure: the tray profile states no multi-node InfiniBand floor)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nvdeploy.config.inventory import load_inventory
+from nvdeploy.config.levels import load_levels
+from nvdeploy.config.profiles import ProfileCatalog
+from nvdeploy.phases.validate import run_validate
+from nvdeploy.results import Remediation, Verdict
+from nvdeploy.runner.engine import EngineOptions
+
+CATALOG = ProfileCatalog()
+ROOT = Path(__file__).resolve().parents[2]
+FAULTS = """        tray03:
+          sim_faults: [fabric_unhealthy]"""
+
+
+@pytest.fixture(scope="module")
+def outcome(tmp_path_factory):
+    base = tmp_path_factory.mktemp("nccl-domain")
+    text = (ROOT / "inventories" / "gb200-2rack.yaml").read_text()
+    assert FAULTS in text
+    inventory = base / "gb200-2rack.yaml"
+    inventory.write_text(text.replace(FAULTS, FAULTS + "\n        tray10:\n          sim_faults: [mnnvl_slow]"))
+    return run_validate(load_inventory(inventory, CATALOG), CATALOG, EngineOptions(checks=load_levels()["full"]),
+                        base / "reports", level="full")
+
+
+def domain_findings(outcome):
+    return [f for f in outcome.run.cluster_findings if f.check == "nccl.domain"]
+
+
+def test_the_slow_tray_and_only_it_is_named(outcome):
+    named = sorted((n.name, f.verdict.value) for n in outcome.run.nodes for f in n.findings
+                   if f.check == "nccl.domain" and f.verdict is not Verdict.PASS)
+    assert named == [("tray10", "FAIL")]
+    tray10 = next(f for n in outcome.run.nodes if n.name == "tray10" for f in n.findings if f.check == "nccl.domain")
+    assert tray10.remediation is Remediation.ISOLATE and "localised by bisection" in tray10.summary
+    localised = [f for f in domain_findings(outcome) if "localised to" in f.summary]
+    assert len(localised) == 1 and localised[0].observed == "tray10" and localised[0].summary.startswith("rack rack1")
+
+
+def test_rack1_is_low_over_its_healthy_trays_and_rack2_passes(outcome):
+    rack1 = next(f for f in domain_findings(outcome) if f.summary.startswith("rack rack1:") and "floor" in f.summary)
+    assert rack1.verdict is Verdict.FAIL and rack1.observed < 798
+    # tray01-02 never registered, tray03 failed its fabric health: run over tray[04-18], and said so.
+    assert "tray[04-18]" in rack1.summary and "tray03 left out" in rack1.summary and "16 of 18" in rack1.summary
+    assert "NCCL_MNNVL_ENABLE=1 NCCL_NVLS_ENABLE=1" in rack1.summary
+    rack2 = next(f for f in domain_findings(outcome) if f.summary.startswith("rack rack2 (clique 32766"))
+    assert rack2.verdict is Verdict.PASS and rack2.observed >= 798 and "tray[19,22-36]" in rack2.summary
+    # tray21 registered with a clique of its own: a domain of one tray, not run (nvlink.domain FAILs it).
+    alone = next(f for f in domain_findings(outcome) if f.summary.startswith("rack rack2 (clique 32765"))
+    assert alone.verdict is Verdict.SKIP
+    passed = {n.name for n in outcome.run.nodes for f in n.findings
+              if f.check == "nccl.domain" and f.verdict is Verdict.PASS}
+    assert passed == {f"tray{i:02d}" for i in [*range(4, 10), *range(11, 20), *range(22, 37)]}
+
+
+def test_the_inter_domain_run_over_infiniband_is_reported(outcome):
+    inter = [f for f in domain_findings(outcome) if f.summary.startswith("inter-domain")]
+    assert len(inter) == 1
+    assert inter[0].verdict is Verdict.SKIP and "NCCL_MNNVL_ENABLE=0 NCCL_NVLS_ENABLE=0" in inter[0].summary
+    assert "no floor in the profile" in inter[0].summary and "tray[04,19]" in inter[0].summary
+    assert inter[0].observed is not None and inter[0].evidence

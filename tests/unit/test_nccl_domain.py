@@ -1,0 +1,97 @@
+"""nccl.domain: the judgement of one domain run (floor, no floor never PASS), how trays are grouped into NVLink
+domains from their fabric facts, the profile key's schema, and the simulated mpirun over multi-node NVLink."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nvdeploy.checks.nccl import Assessment, NcclExpectation
+from nvdeploy.config.inventory import Host
+from nvdeploy.config.profiles import ProfileCatalog, load_profile_file
+from nvdeploy.config.yamlfile import ConfigError
+from nvdeploy.phases.domain import MNNVL_ON, NO_FLOOR, domain_expectation, group_domains, judge
+from nvdeploy.phases.multinode import GroupRun, mpirun_argv
+from nvdeploy.results import Finding, NodeResult, Verdict
+
+CATALOG = ProfileCatalog()
+UUID = "05e71f39-1111-2222-3333-444455556666"
+
+
+def run(verdict: Verdict, busbw: float = 848.4) -> GroupRun:
+    return GroupRun(("tray01", "tray02"), verdict is Verdict.PASS,
+                    (Assessment(verdict, f"all_reduce_perf on tray[01-02] busbw {busbw:g} GB/s", observed=busbw,
+                                unit="GB/s"),), None, busbw)
+
+
+def test_the_gb200_floor_comes_from_the_published_full_rack_run():
+    exp = domain_expectation(CATALOG.get("gb200-nvl72"))
+    assert (exp.busbw_gbps, exp.floor_pct, exp.floor_gbps) == (840.0, 95.0, 798.0)
+    # No citable GB300 NVL72 figure: no floor, and the check SKIPs.
+    assert domain_expectation(CATALOG.get("gb300-nvl72")).floor_gbps is None
+    assert domain_expectation(CATALOG.get("b300-8x")).floor_gbps is None
+
+
+def test_a_run_without_a_floor_is_skip_with_its_figure_never_pass():
+    verdict, summary = judge(run(Verdict.PASS), NcclExpectation())
+    assert verdict is Verdict.SKIP and NO_FLOOR in summary and "848.4 GB/s" in summary
+    assert judge(run(Verdict.PASS), NcclExpectation(840, 95))[0] is Verdict.PASS
+    # FAIL and ERROR stand with or without a floor (#wrong, a hang).
+    assert judge(run(Verdict.FAIL, 509.0), NcclExpectation(840, 95))[0] is Verdict.FAIL
+    assert judge(run(Verdict.ERROR), NcclExpectation())[0] is Verdict.ERROR
+
+
+def tray(name: str, clique: str | None, failed: bool = False) -> NodeResult:
+    findings = (Finding("gpu.recovery_action", Verdict.FAIL, "reset", node=name),) if failed else ()
+    facts = {"nvlink_fabric": {"trays": 18, "gpus": 72,
+                               "domains": {f"{UUID}/{clique}": [0, 1, 2, 3]} if clique else {}}}
+    return NodeResult(name, findings, profile="gb200-nvl72", facts=facts)
+
+
+def host(name: str, rack: str) -> Host:
+    return Host(name, {"profile": "gb200-nvl72", "rack": rack})
+
+
+def test_trays_are_grouped_by_their_fabric_clique_healthy_ones_take_part():
+    nodes = [tray("t1", "1"), tray("t2", "1", failed=True), tray("t3", "1"), tray("t4", None),
+             tray("t5", "2"), tray("t6", "2"), tray("t7", "3")]
+    hosts = [host("t1", "r1"), host("t2", "r1"), host("t3", "r1"), host("t4", "r1"), host("t5", "r2"),
+             host("t6", "r2"), host("t7", "r2")]
+    domains = group_domains(nodes, hosts, CATALOG)
+    assert [(d.name, d.trays, d.left_out, d.expected_trays) for d in domains] == [
+        ("rack r1", ("t1", "t3"), ("t2",), 18),
+        ("rack r2 (clique 2 of cluster 05e71f39)", ("t5", "t6"), (), 18),
+        ("rack r2 (clique 3 of cluster 05e71f39)", ("t7",), (), 18)]
+
+
+def test_a_domain_run_turns_multi_node_nvlink_on_over_the_launchers_nccl_env():
+    hosts = [Host("t1", {"nccl_env": {"NCCL_MNNVL_ENABLE": "0", "NCCL_IB_HCA": "mlx5"}}), Host("t2", {})]
+    argv = mpirun_argv(hosts, 4, hosts[0], 900, MNNVL_ON)
+    assert "NCCL_MNNVL_ENABLE=1" in argv and "NCCL_NVLS_ENABLE=1" in argv and "NCCL_IB_HCA=mlx5" in argv
+    assert "NCCL_MNNVL_ENABLE=0" not in argv
+    assert "NCCL_MNNVL_ENABLE=1" not in mpirun_argv(hosts, 4, hosts[0], 900)
+
+
+@pytest.mark.parametrize("old, line, message, key", [
+    ("  all_reduce_busbw_gbps: 840\n", "  all_reduce_busbw_gbps: -5\n", "positive number",
+     "nvlink_domain.all_reduce_busbw_gbps"),
+    ("  floor_pct: 95\n", "  floor_pct: 150\n", "percentage", "nvlink_domain.floor_pct"),
+    ("  floor_pct: 95\n", "  busbw: 800\n", "unknown key", "nvlink_domain.busbw"),
+])
+def test_the_domain_floor_keys_are_schema_checked(tmp_path, old, line, message, key):
+    text = Path(CATALOG.get("gb200-nvl72").path).read_text().replace(old, line, 1)
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_profile_file(path)
+    assert message in str(caught.value) and key in str(caught.value) and "p.yaml" in str(caught.value)
+
+
+def test_the_slurm_budget_books_the_domain_stage_only_where_a_profile_has_a_domain():
+    from nvdeploy.slurm.budget import _stages_s
+
+    trays = [host(f"t{i}", "r1") for i in range(36)]
+    hgx = [Host(f"h{i}", {"profile": "b300-8x"}) for i in range(36)]
+    assert _stages_s(trays, ["nccl.domain"], "bisect", CATALOG) > 0
+    assert _stages_s(hgx, ["nccl.domain"], "bisect", CATALOG) == 0

@@ -6,14 +6,6 @@ from nvdeploy.checks.common import SMI, smi_gate, version_tuple
 from nvdeploy.checks.gating import first_line, raw_gate
 from nvdeploy.checks.registry import NodeContext, register
 from nvdeploy.collect.stack import CDI_LIST, CONTAINER_FILES, CONTAINER_RUN
-from nvdeploy.parsers.container import (
-    containerd_setup,
-    docker_nvidia,
-    docker_run_gpus,
-    parse_cdi_list,
-    parse_container_files,
-    spec_driver,
-)
 from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
 
 DOCKER_FIX = "nvidia-ctk runtime configure --runtime=docker && systemctl restart docker"
@@ -51,9 +43,9 @@ def container_runtime(ctx: NodeContext) -> list[Finding]:
         return [ctx.finding("container.runtime", Verdict.ERROR,
                             f"find exited {listing.rc}: {first_line(ctx, CONTAINER_FILES)}",
                             reason=ErrorReason.UNPARSEABLE, collector=CONTAINER_FILES)]
-    files = parse_container_files(listing.text)
-    docker = files.docker or declared == "docker"
-    containerd = declared == "containerd" or (files.containerd and not docker)
+    setup = ctx.facts["container_setup"]
+    docker = setup.docker or declared == "docker"
+    containerd = declared == "containerd" or (setup.containerd and not docker)
     if not docker and not containerd:
         return [ctx.finding("container.runtime", Verdict.SKIP, "no docker or containerd on the node",
                             collector=CONTAINER_FILES)]
@@ -70,7 +62,7 @@ def container_runtime(ctx: NodeContext) -> list[Finding]:
         return gated
     smi = ctx.facts["smi"]
     want = sorted(g.index for g in smi.gpus if g.index is not None)
-    cdi = parse_cdi_list(cdi_result.text, cdi_result.err_text)
+    cdi = ctx.facts["cdi"]
     problems: list[str] = []
     seen = list(cdi.gpu_indices)
     if not seen:
@@ -81,21 +73,19 @@ def container_runtime(ctx: NodeContext) -> list[Finding]:
         detail = ", ".join(x for x in (f"missing GPU {missing}" if missing else "",
                                        f"no such GPU {extra}" if extra else "") if x)
         problems.append(f"CDI lists {len(seen)} GPUs, the driver {len(want)} ({detail}): {CDI_FIX}")
-    for path, text in sorted(files.cdi_specs().items()):
-        generated = spec_driver(text)
+    for path, generated in setup.cdi_spec_drivers:
         if generated and smi.driver_version and version_tuple(generated) != version_tuple(smi.driver_version):
             problems.append(f"{path} was generated for driver {generated}, the node runs {smi.driver_version} "
                             f"(stale after a driver update): {CDI_FIX}")
     configured: list[str] = []
     if docker:
-        text = files.files.get("/etc/docker/daemon.json")
-        ok, how = docker_nvidia(text) if text is not None else (False, "no /etc/docker/daemon.json")
+        ok, how = setup.docker_runtime or (False, "no /etc/docker/daemon.json")
         if ok:
             configured.append(f"docker ({how})")
         else:
             problems.append(f"docker not set up for NVIDIA GPUs ({how}): {DOCKER_FIX}")
     if containerd:
-        ok, how = containerd_setup(files.files)
+        ok, how = setup.containerd_runtime
         if ok:
             configured.append(f"containerd ({how})")
         else:
@@ -134,7 +124,7 @@ def container_gpu_run(ctx: NodeContext) -> list[Finding]:
     if gated:
         return gated
     want = {g.uuid: g.index for g in ctx.facts["smi"].gpus if getattr(g, "uuid", None)}
-    seen = docker_run_gpus(result.text)
+    seen = ctx.facts.get("container_run_gpus") or {}
     if result.rc != 0:
         text = (result.err_text + "\n" + result.text).strip()
         first = next((line.strip() for line in text.splitlines() if "Error" in line or "error" in line),

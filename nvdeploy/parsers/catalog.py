@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional
 
+from nvdeploy.parsers.container import docker_run_gpus, parse_cdi_list, parse_container_setup
 from nvdeploy.parsers.cuda_install import parse_cuda_install
 from nvdeploy.parsers.dcgm import parse_dcgm_diag, parse_dcgm_discovery
 from nvdeploy.parsers.dcgm_health import parse_dcgm_health
@@ -61,6 +62,18 @@ def _kernel_driver(result: Optional[CommandResult]) -> Any:
     return parse_kernel_driver(result.text) if result is not None and result.error is None else None
 
 
+def _container_setup(result: Optional[CommandResult]) -> Any:
+    if result is None or not _completed(result) or result.rc not in (0, 1):
+        return None
+    return parse_container_setup(result.text)
+
+
+def _cdi(result: Optional[CommandResult]) -> Any:
+    if result is None or not _completed(result) or result.rc != 0:
+        return None
+    return parse_cdi_list(result.text, result.err_text)
+
+
 def catalog_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
     facts: dict[str, Any] = {
         "nvlink": _parse(results, "nvidia_smi_nvlink", parse_nvlink, need_rc0=True),
@@ -87,6 +100,12 @@ def catalog_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
         "imex_service": _parse(_imex_ran(results, "imex_service"), "imex_service", parse_systemctl_state),
         "imex_query": _parse(_imex_ran(results, "imex_query"), "imex_query", parse_imex_query),
         "imex_files": _parse(_imex_ran(results, "imex_files"), "imex_files", parse_imex_files),
+        # The container stack (checks/container.py): find exits 1 when a listed path is missing, still the listing;
+        # nvidia-ctk's list counts only on success; the GPUs a container listed, whatever docker's exit status
+        # (the check reads the status for why).
+        "container_setup": _container_setup(results.get("container_files")),
+        "cdi": _cdi(results.get("cdi_list")),
+        "container_run_gpus": _parse(results, "container_run", docker_run_gpus),
     }
     for level in DCGM_LEVELS:
         diag = _parse(results, f"dcgm_diag_r{level}", parse_dcgm_diag)

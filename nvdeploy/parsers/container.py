@@ -191,3 +191,29 @@ def docker_run_gpus(text: str) -> dict[str, int]:
         if match:
             out[match.group(2)] = int(match.group(1))
     return out
+
+
+@dataclass(frozen=True)
+class ContainerSetup:
+    """The container runtimes as the node's files set them up (the parse stage's fact for container.runtime):
+    which runtimes are installed, the driver each CDI spec was generated for, and whether docker's daemon.json and
+    containerd's config (with the drop-ins it imports) give containers the NVIDIA GPUs, each with how."""
+
+    docker: bool
+    containerd: bool
+    cdi_spec_drivers: tuple[tuple[str, Optional[str]], ...]
+    # None when /etc/docker/daemon.json is absent; (ok, how), ok None when the file is not a JSON object.
+    docker_runtime: Optional[tuple[Optional[bool], str]]
+    containerd_runtime: tuple[bool, str]
+
+
+def parse_container_setup(text: str) -> ContainerSetup:
+    """The container listing's find output (``== PATH`` markers, see nvdeploy/collect/stack_commands.py) read into
+    :class:`ContainerSetup`."""
+    files = parse_container_files(text)
+    daemon = files.files.get("/etc/docker/daemon.json")
+    return ContainerSetup(
+        docker=files.docker, containerd=files.containerd,
+        cdi_spec_drivers=tuple((path, spec_driver(body)) for path, body in sorted(files.cdi_specs().items())),
+        docker_runtime=docker_nvidia(daemon) if daemon is not None else None,
+        containerd_runtime=containerd_setup(files.files))

@@ -95,3 +95,23 @@ def test_the_slurm_budget_books_the_domain_stage_only_where_a_profile_has_a_doma
     hgx = [Host(f"h{i}", {"profile": "b300-8x"}) for i in range(36)]
     assert _stages_s(trays, ["nccl.domain"], "bisect", CATALOG) > 0
     assert _stages_s(hgx, ["nccl.domain"], "bisect", CATALOG) == 0
+
+
+REAL_RACK = (Path(__file__).resolve().parents[1] / "fixtures" / "real" / "nccl-tests"
+             / "all_reduce_perf-gb200-nvl72-full-rack-72ranks-excerpt.log")
+
+
+def test_the_published_full_rack_run_clears_the_gb200_floor_at_8_gib():
+    """The real capture the floor rests on (coreweave/nccl-tests pull request 43): 72 ranks, busbw 834.57 /
+    846.82 GB/s at 8 GiB, judged PASS against 798; the same rack's 1 GiB row (724) would not be, so the floor is
+    read at 8 GiB only."""
+    from nvdeploy.checks.nccl import assess
+    from nvdeploy.parsers.nccl_tests import parse_nccl_tests
+
+    facts = parse_nccl_tests(REAL_RACK.read_text())
+    assert facts.nranks == 72 and facts.wrong_total == 0
+    exp = domain_expectation(CATALOG.get("gb200-nvl72"))
+    verdicts = [(a.verdict, a.observed) for a in assess(facts, None, ranks=72, exp=exp)]
+    assert (Verdict.PASS, 846.82) in verdicts and all(v is not Verdict.FAIL for v, _ in verdicts)
+    at_1g = next(r for r in facts.rows if r.size_bytes == 1 << 30)
+    assert max(at_1g.busbw_oop, at_1g.busbw_ip) < exp.floor_gbps

@@ -57,6 +57,16 @@ EXPECT: dict[str, dict[str, Any]] = {
         "errors": ["NCCL WARN Cuda failure 'CUDA driver is a stub library'",
                    "Test NCCL failure all_reduce.cu:44 'unhandled cuda error / '"],
     },
+    # GB200 NVL72 full rack (coreweave/nccl-tests pull request 43): only rank 71's line was posted, so the rank count
+    # comes from the highest rank index; no header (validation unknown).
+    "all_reduce_perf-gb200-nvl72-full-rack-72ranks-excerpt.log": {
+        "top": {"collective": None, "nccl_version": None, "nranks": 72, "validation": None, "avg_busbw": 745.53,
+                "max_busbw": 846.82, "wrong_total": 0, "out_of_bounds": 0, "complete": True},
+        "n": 5,
+        "rows": {0: {"size_bytes": 536870912, "busbw_oop": 586.06, "busbw_ip": 576.74},
+                 4: {"size_bytes": 8589934592, "count": 2147483648, "busbw_oop": 834.57, "busbw_ip": 846.82,
+                     "wrong_oop": 0, "wrong_ip": 0}},
+    },
     "all_reduce_perf-8xA100-40GB-single-node-old-format.log": {
         "top": {"nranks": 8, "validation": False, "avg_busbw": 68.4048, "max_busbw": 235.26, "wrong_total": 0,
                 "out_of_bounds": 0, "complete": True},

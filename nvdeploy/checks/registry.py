@@ -114,7 +114,8 @@ CLUSTER_CHECKS: dict[str, str] = {
         its trays when not localised. With more than one domain, one more all_reduce over one healthy tray per
         domain with ``NCCL_MNNVL_ENABLE=0 NCCL_NVLS_ENABLE=0`` (InfiniBand) against ``nccl.multinode_busbw_gbps``.
         SKIP "no floor in the profile" with the measured figure where the profile states no floor (gb300-nvl72:
-        no public figure), never PASS. The global ``--deadline`` holds as for nccl.multinode. Remediation: ISOLATE
+        no public figure), never PASS. It groups what nvlink.fabric read: without it (``--checks nccl.domain`` alone)
+        it SKIPs, saying so. The global ``--deadline`` holds as for nccl.multinode. Remediation: ISOLATE
         the named tray, check its NVLink cabling and cartridges and the switch trays (NVIDIA GB200 NVL Multi-Node
         Tuning Guide), then reset it.
 

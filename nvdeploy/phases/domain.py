@@ -161,8 +161,13 @@ def run_domains(nodes: Sequence[NodeResult], hosts: Sequence[Host], catalog: Pro
         return list(nodes), []
     domains = group_domains(nodes, hosts, catalog)
     if not domains:
-        return list(nodes), [Finding(CHECK_ID, Verdict.SKIP, "no NVLink domain to run: no tray registered with the "
-                                     "fabric (see nvlink.fabric, nvlink.domain)")]
+        if not any(FABRIC_FACT in n.facts for n in nodes):
+            # The domains are what the GPUs registered with: without nvlink.fabric's facts there is no grouping to
+            # trust (a rack var alone would run a half-registered rack as if it were whole).
+            why = "no tray carries fabric facts: run nccl.domain with nvlink.fabric (both are in level full)"
+        else:
+            why = "no tray registered with the fabric (see nvlink.fabric, nvlink.domain)"
+        return list(nodes), [Finding(CHECK_ID, Verdict.SKIP, f"no NVLink domain to run: {why}")]
     profile_of = {h.name: catalog.get(h.profile or "") for h in hosts}
     with cf.ThreadPoolExecutor(max_workers=max(1, min(len(domains), options.forks))) as pool:
         outcomes = list(pool.map(lambda pair: _run_domain(

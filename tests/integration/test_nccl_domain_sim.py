@@ -69,3 +69,23 @@ def test_the_inter_domain_run_over_infiniband_is_reported(outcome):
     assert inter[0].verdict is Verdict.SKIP and "NCCL_MNNVL_ENABLE=0 NCCL_NVLS_ENABLE=0" in inter[0].summary
     assert "no floor in the profile" in inter[0].summary and "tray[04,19]" in inter[0].summary
     assert inter[0].observed is not None and inter[0].evidence
+
+
+def test_gb300_racks_without_a_floor_are_run_and_skip_never_pass(tmp_path):
+    inventory = tmp_path / "gb300.yaml"
+    inventory.write_text("""all:
+  vars: {cluster: gb300-small, connection: sim, profile: gb300-nvl72, driver_version: "580.173.02"}
+  children:
+    rack1: {vars: {rack: rack1}, hosts: {"t[1:3]": {}}}
+    rack2: {vars: {rack: rack2}, hosts: {"t[4:6]": {}}}
+""")
+    hosts = load_inventory(inventory, CATALOG)
+    alone = run_validate(hosts, CATALOG, EngineOptions(checks=("nccl.domain",)), tmp_path / "alone", level="full")
+    # The domains are what the GPUs registered with: without nvlink.fabric's facts nothing is run.
+    assert [(f.verdict, "with nvlink.fabric" in f.summary) for f in domain_findings(alone)] == [(Verdict.SKIP, True)]
+    outcome = run_validate(hosts, CATALOG, EngineOptions(checks=("nvlink.fabric", "nccl.domain")),
+                           tmp_path / "reports", level="full")
+    findings = domain_findings(outcome)
+    assert [f.verdict for f in findings] == [Verdict.SKIP] * 3
+    assert all("no floor in the profile" in f.summary and f.observed for f in findings)
+    assert all(f.verdict is not Verdict.PASS for n in outcome.run.nodes for f in n.findings if f.check == "nccl.domain")

@@ -21,7 +21,6 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from nvdeploy.parsers.compute_apps import parse_compute_apps
 from nvdeploy.results import CommandResult, ErrorReason
 
 SMI = "nvidia_smi_xml"
@@ -103,8 +102,9 @@ def unfit_reason(results: Mapping[str, CommandResult], facts: Mapping[str, Any])
     return None
 
 
-def busy_skip(results: Mapping[str, CommandResult]) -> Optional[HeavySkip]:
-    """ERROR ``busy`` naming the compute processes; ERROR ``not_run`` when the list could not be read."""
+def busy_skip(results: Mapping[str, CommandResult], facts: Mapping[str, Any]) -> Optional[HeavySkip]:
+    """ERROR ``busy`` naming the compute processes (the parsed list, ``facts["compute_apps"]``); ERROR ``not_run``
+    when the list could not be read."""
     result = results.get(COMPUTE_APPS)
     query = "nvidia-smi --query-compute-apps"
     unknown = "skipped: could not tell whether GPU compute processes run ({}); --allow-busy runs the heavy tests anyway"
@@ -117,7 +117,9 @@ def busy_skip(results: Mapping[str, CommandResult]) -> Optional[HeavySkip]:
         first = next((line.strip() for line in (result.text + "\n" + result.err_text).splitlines() if line.strip()),
                      "no output")
         return HeavySkip(ErrorReason.NOT_RUN, unknown.format(f"{query} exited {result.rc}: {first[:160]}"))
-    apps = parse_compute_apps(result.text)
+    apps = facts.get("compute_apps")
+    if apps is None:
+        return HeavySkip(ErrorReason.NOT_RUN, unknown.format(f"{query}: its output was not parsed"))
     if apps.processes:
         shown = ", ".join(p.label() for p in apps.processes[:8])
         more = f" and {len(apps.processes) - 8} more" if len(apps.processes) > 8 else ""
@@ -131,12 +133,13 @@ def busy_skip(results: Mapping[str, CommandResult]) -> Optional[HeavySkip]:
     return None
 
 
-def compute_processes(results: Mapping[str, CommandResult]) -> Optional[list[str]]:
+def compute_processes(results: Mapping[str, CommandResult], facts: Mapping[str, Any]) -> Optional[list[str]]:
     """The compute processes the light batch listed, as labels; None when the list was not read."""
     result = results.get(COMPUTE_APPS)
-    if result is None or not result.ok:
+    apps = facts.get("compute_apps")
+    if result is None or not result.ok or apps is None:
         return None
-    return [p.label() for p in parse_compute_apps(result.text).processes]
+    return [p.label() for p in apps.processes]
 
 
 def heavy_skip(results: Mapping[str, CommandResult], facts: Mapping[str, Any],
@@ -150,7 +153,7 @@ def heavy_skip(results: Mapping[str, CommandResult], facts: Mapping[str, Any],
         # could not be run for the same cause, and --resume must redo an interrupted node.
         inherited = smi.error if smi is not None and smi.error in _INHERITED else None
         return HeavySkip(inherited or ErrorReason.NOT_RUN, f"skipped: {unfit}")
-    return None if allow_busy or not loads_gpu else busy_skip(results)
+    return None if allow_busy or not loads_gpu else busy_skip(results, facts)
 
 
 def batch_refused(results: Mapping[str, CommandResult]) -> Optional[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional
 
+from nvdeploy.parsers.compute_apps import parse_compute_apps
 from nvdeploy.parsers.container import docker_run_gpus, parse_cdi_list, parse_container_setup
 from nvdeploy.parsers.cuda_install import parse_cuda_install
 from nvdeploy.parsers.dcgm import parse_dcgm_diag, parse_dcgm_discovery
@@ -106,6 +107,8 @@ def catalog_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
         "container_setup": _container_setup(results.get("container_files")),
         "cdi": _cdi(results.get("cdi_list")),
         "container_run_gpus": _parse(results, "container_run", docker_run_gpus),
+        # The busy guard's process list (checks/heavy_gate.py), read only from a clean exit.
+        "compute_apps": _parse(results, "compute_apps", parse_compute_apps, need_rc0=True),
     }
     for level in DCGM_LEVELS:
         diag = _parse(results, f"dcgm_diag_r{level}", parse_dcgm_diag)

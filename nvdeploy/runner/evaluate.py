@@ -70,7 +70,7 @@ def evaluate(job: EvaluationJob) -> Evaluation:
     if job.profile.nvlink_domain is not None and FABRIC_CHECK in job.check_ids and facts.get("smi") is not None:
         # The tray's NVLink domain(s) and the domain's size, for nvlink.domain in the cluster stage.
         summary[DOMAIN_FACT] = tray_fact(facts["smi"], job.profile.nvlink_domain)
-    processes = compute_processes(by_name)
+    processes = compute_processes(by_name, facts)
     if processes is not None:
         summary["compute_processes"] = processes  # what the busy guard saw, in results.json
     return Evaluation(tuple(findings), summary)

@@ -16,6 +16,7 @@ from nvdeploy.checks.heavy_gate import (
     skip_for,
     unfit_reason,
 )
+from nvdeploy.parsers.catalog import catalog_facts
 from nvdeploy.results import CommandResult, ErrorReason
 
 XML_OK = "<nvidia_smi_log></nvidia_smi_log>\n"
@@ -58,7 +59,7 @@ def test_a_healthy_light_batch_is_fit():
     facts = {"lspci": SimpleNamespace(gpus=[1] * 8), "smi": SimpleNamespace(gpus=[1] * 8),
              "smi_status": SimpleNamespace(usable=True), "kmsg": SimpleNamespace(xid_counts={"13": 2})}
     assert unfit_reason(smi(), facts) is None
-    assert heavy_skip({**smi(), **idle()}, facts) is None
+    assert heavy_skip({**smi(), **idle()}, {**facts, **catalog_facts(idle())}) is None
 
 
 def test_more_gpus_on_the_bus_than_in_the_driver_is_a_lost_gpu():
@@ -85,7 +86,7 @@ def test_fail_fast_wins_over_busy_and_over_allow_busy():
 
 def test_busy_node_names_its_processes():
     results = {**smi(), "compute_apps": result("compute_apps", 0, "41230, python3, 30512 MiB\n7, /bin/train, [N/A]\n")}
-    skip = heavy_skip(results, {})
+    skip = heavy_skip(results, catalog_facts(results))
     assert skip is not None and skip.reason is ErrorReason.BUSY
     assert "2 GPU compute process(es) run: pid 41230 python3 (30512 MiB), pid 7 /bin/train (memory unknown)" \
         in skip.summary
@@ -101,7 +102,8 @@ def test_busy_node_names_its_processes():
     result("compute_apps", 0, "garbage", truncated=True),
 ])
 def test_an_unreadable_process_list_is_never_idle(apps):
-    skip = busy_skip({} if apps is None else {"compute_apps": apps})
+    results = {} if apps is None else {"compute_apps": apps}
+    skip = busy_skip(results, catalog_facts(results))
     assert skip is not None and skip.reason is ErrorReason.NOT_RUN
     assert skip.summary.startswith("skipped: could not tell whether GPU compute processes run (")
 
@@ -122,8 +124,10 @@ def test_a_check_inherits_the_skip_of_a_collector_it_reads():
 
 
 def test_compute_processes_are_recorded_only_when_the_list_was_read():
-    listed = {"compute_apps": result("compute_apps", 0, "9, a.out, 1 MiB\n")}
-    assert compute_processes(listed) == ["pid 9 a.out (1 MiB)"]
-    assert compute_processes(idle()) == []
-    assert compute_processes({"compute_apps": result("compute_apps", 9, "")}) is None
-    assert compute_processes({}) is None
+    def processes(results):
+        return compute_processes(results, catalog_facts(results))
+
+    assert processes({"compute_apps": result("compute_apps", 0, "9, a.out, 1 MiB\n")}) == ["pid 9 a.out (1 MiB)"]
+    assert processes(idle()) == []
+    assert processes({"compute_apps": result("compute_apps", 9, "")}) is None
+    assert processes({}) is None

@@ -224,6 +224,9 @@ def _domain_findings(outcome: DomainOutcome, profile_of: Mapping[str, Profile],
                            node=tray, observed=worst_run.busbw if worst_run else None, unit="GB/s",
                            remediation=Remediation.ISOLATE, evidence=worst_run.evidence if worst_run else None,
                            profile=stamp)
+        elif tray in outcome.inconclusive and not first.started:
+            mine = Finding(CHECK_ID, Verdict.ERROR, f"the {domain.name} all_reduce not run: {DEADLINE_TEXT}", node=tray,
+                           reason=ErrorReason.NOT_RUN, profile=stamp)
         elif tray in outcome.inconclusive:
             why = DEADLINE_TEXT if outcome.stopped else "the failure is not one bisection localises"
             mine = Finding(CHECK_ID, Verdict.ERROR, f"the {domain.name} all_reduce failed with this tray taking "

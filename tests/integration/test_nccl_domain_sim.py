@@ -89,3 +89,27 @@ def test_gb300_racks_without_a_floor_are_run_and_skip_never_pass(tmp_path):
     assert [f.verdict for f in findings] == [Verdict.SKIP] * 3
     assert all("no floor in the profile" in f.summary and f.observed for f in findings)
     assert all(f.verdict is not Verdict.PASS for n in outcome.run.nodes for f in n.findings if f.check == "nccl.domain")
+
+
+def test_no_domain_run_starts_after_the_deadline_and_none_passes(tmp_path):
+    import time
+
+    from nvdeploy.phases.domain import run_domains
+    from nvdeploy.results import ErrorReason
+    from nvdeploy.runner.record import RunRecorder
+
+    inventory = tmp_path / "gb200.yaml"
+    inventory.write_text("""all:
+  vars: {cluster: gb200-small, connection: sim, profile: gb200-nvl72, driver_version: "580.173.02"}
+  children:
+    rack1: {vars: {rack: rack1}, hosts: {"t[1:3]": {}}}
+""")
+    hosts = load_inventory(inventory, CATALOG)
+    options = EngineOptions(checks=("nvlink.fabric",))
+    fabric = run_validate(hosts, CATALOG, options, tmp_path / "fabric", level="quick")
+    nodes, cluster = run_domains(list(fabric.run.nodes), list(hosts.hosts), CATALOG, options,
+                                 RunRecorder(tmp_path / "late"), deadline_at=time.monotonic() - 1)
+    assert [(f.verdict, f.reason) for f in cluster] == [(Verdict.ERROR, ErrorReason.NOT_RUN)]
+    assert "--deadline" in cluster[0].summary
+    mine = [(n.name, f.verdict, f.reason) for n in nodes for f in n.findings if f.check == "nccl.domain"]
+    assert mine == [(f"t{i}", Verdict.ERROR, ErrorReason.NOT_RUN) for i in (1, 2, 3)]

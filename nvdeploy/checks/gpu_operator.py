@@ -5,19 +5,11 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 from nvdeploy.checks.registry import CLUSTER_CHECKS
 from nvdeploy.config.hostrange import fold
-from nvdeploy.parsers.k8s import (
-    K8sNode,
-    NvidiaDriver,
-    Parsed,
-    parse_cluster_policies,
-    parse_nodes,
-    parse_nvidia_drivers,
-    parse_validator_pods,
-)
+from nvdeploy.parsers.k8s import K8sNode, NvidiaDriver, Parsed
 from nvdeploy.results import CommandResult, ErrorReason, Finding, Remediation, Verdict
 
 POLICY = "gpu_operator.policy"
@@ -88,6 +80,15 @@ class OperatorOutcome:
     cluster: list[Finding]
 
 
+@dataclass(frozen=True)
+class KubectlAnswer:
+    """One kubectl call of the cluster stage: its result (for why it failed) and its JSON as the parse stage read
+    it (nvdeploy/phases/k8s.py); ``parsed`` is None when the call did not answer with exit 0."""
+
+    result: CommandResult
+    parsed: Optional[Parsed] = None
+
+
 def command_error(check: str, result: CommandResult, what: str) -> Optional[Finding]:
     """ERROR (or FAIL: the CRD is missing) when kubectl did not answer with JSON; None when it did."""
     stderr = result.stderr.decode("utf-8", "replace").strip()
@@ -111,14 +112,14 @@ def command_error(check: str, result: CommandResult, what: str) -> Optional[Find
     return None
 
 
-def _parsed(check: str, result: CommandResult, what: str,
-            parse: Callable[[str], Parsed]) -> tuple[Optional[Parsed], Optional[Finding]]:
-    error = command_error(check, result, what)
+def _parsed(check: str, answer: KubectlAnswer, what: str) -> tuple[Optional[Parsed], Optional[Finding]]:
+    error = command_error(check, answer.result, what)
     if error is not None:
         return None, error
-    parsed = parse(result.stdout.decode("utf-8", "replace"))
-    if not parsed.ok:
-        return None, Finding(check, Verdict.ERROR, f"{what}: not the API's JSON ({'; '.join(parsed.warnings)})",
+    parsed = answer.parsed
+    if parsed is None or not parsed.ok:
+        warnings = "; ".join(parsed.warnings) if parsed is not None else "not parsed"
+        return None, Finding(check, Verdict.ERROR, f"{what}: not the API's JSON ({warnings})",
                              reason=ErrorReason.UNPARSEABLE)
     return parsed, None
 
@@ -207,10 +208,10 @@ def _missing_crd(result: CommandResult) -> bool:
     return result.error is None and result.rc not in (0, None) and "doesn't have a resource type" in stderr
 
 
-def evaluate_operator(hosts: Sequence[OperatorHost], policies: CommandResult, pods: CommandResult,
-                      nodes: CommandResult, selected: Sequence[str] = CHECK_IDS,
+def evaluate_operator(hosts: Sequence[OperatorHost], policies: KubectlAnswer, pods: KubectlAnswer,
+                      nodes: KubectlAnswer, selected: Sequence[str] = CHECK_IDS,
                       evidence: Optional[dict[str, str]] = None,
-                      drivers: Optional[CommandResult] = None) -> OperatorOutcome:
+                      drivers: Optional[KubectlAnswer] = None) -> OperatorOutcome:
     """The findings of the selected gpu_operator.* checks for the hosts of one kubeconfig (``drivers``: the
     NVIDIADriver list, None when it was not read)."""
     evidence = evidence or {}
@@ -227,7 +228,7 @@ def evaluate_operator(hosts: Sequence[OperatorHost], policies: CommandResult, po
                                expected=finding.expected, reason=finding.reason, remediation=finding.remediation,
                                evidence=evidence.get(evidence_key or finding.check)))
 
-    policy_list, policy_error = _parsed(POLICY, policies, "ClusterPolicy", parse_cluster_policies)
+    policy_list, policy_error = _parsed(POLICY, policies, "ClusterPolicy")
     if POLICY in selected:
         if policy_error is not None:
             add(policy_error)
@@ -245,11 +246,11 @@ def evaluate_operator(hosts: Sequence[OperatorHost], policies: CommandResult, po
                                 " (kubectl describe clusterpolicy and the operator's log name the state not ready)",
                                 observed=policy.state, expected="ready", remediation=Remediation.INVESTIGATE))
 
-    node_list, node_error = _parsed(ALLOCATABLE, nodes, "nodes", parse_nodes)
+    node_list, node_error = _parsed(ALLOCATABLE, nodes, "nodes")
     matched = {h.name: _match(h, node_list.items) for h in hosts} if node_list is not None else {}
 
     if VALIDATOR in selected:
-        pod_list, pod_error = _parsed(VALIDATOR, pods, "validator pods", parse_validator_pods)
+        pod_list, pod_error = _parsed(VALIDATOR, pods, "validator pods")
         if pod_error is not None:
             add(pod_error)
         elif node_error is not None:
@@ -328,8 +329,8 @@ def evaluate_operator(hosts: Sequence[OperatorHost], policies: CommandResult, po
                                 f"{policy.driver_version}, the inventory expects {' or '.join(expected)}",
                                 observed=policy.driver_version, expected=" or ".join(expected),
                                 remediation=Remediation.REINSTALL))
-        if drivers is not None and not _missing_crd(drivers):
-            driver_list, driver_error = _parsed(DRIVER, drivers, "NVIDIADriver", parse_nvidia_drivers)
+        if drivers is not None and not _missing_crd(drivers.result):
+            driver_list, driver_error = _parsed(DRIVER, drivers, "NVIDIADriver")
             if driver_error is not None:
                 add(driver_error, DRIVERS_EVIDENCE)
             else:

@@ -12,11 +12,12 @@ import signal
 import subprocess
 import time
 from dataclasses import replace
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from nvdeploy.checks import gpu_operator as op
 from nvdeploy.config.inventory import Host
 from nvdeploy.config.profiles import ProfileCatalog
+from nvdeploy.parsers.k8s import Parsed, parse_cluster_policies, parse_nodes, parse_nvidia_drivers, parse_validator_pods
 from nvdeploy.results import CommandResult, ErrorReason, Finding, NodeResult
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -121,10 +122,26 @@ def run_gpu_operator(nodes: Sequence[NodeResult], hosts: Sequence[Host], catalog
                 evidence[op.DRIVERS_EVIDENCE] = recorder.write_evidence("_cluster",
                                                                      [replace(drivers, name=name)])[0].path
         expected = [_expected(h, catalog, by_name.get(h.name)) for h in members]
-        outcome = op.evaluate_operator(expected, results[op.POLICY], results[op.VALIDATOR], results[op.ALLOCATABLE],
-                                       selected, evidence, drivers)
+        outcome = evaluate_results(expected, results[op.POLICY], results[op.VALIDATOR], results[op.ALLOCATABLE],
+                                   selected, evidence, drivers)
         cluster += outcome.cluster
         for name, findings in outcome.per_node.items():
             per_node.setdefault(name, []).extend(findings)
     updated = [n.with_findings(per_node[n.name]) if n.name in per_node else n for n in nodes]
     return updated, cluster
+
+
+def answer(result: CommandResult, parse: Callable[[str], Parsed]) -> op.KubectlAnswer:
+    """A kubectl call and its JSON, parsed here (the parse stage) when it answered with exit 0."""
+    ok = result.error is None and result.rc == 0
+    return op.KubectlAnswer(result, parse(result.stdout.decode("utf-8", "replace")) if ok else None)
+
+
+def evaluate_results(hosts: Sequence[op.OperatorHost], policies: CommandResult, pods: CommandResult,
+                     nodes: CommandResult, selected: Sequence[str] = op.CHECK_IDS,
+                     evidence: Optional[dict[str, str]] = None,
+                     drivers: Optional[CommandResult] = None) -> op.OperatorOutcome:
+    """The gpu_operator.* findings from kubectl's raw answers: each parsed, then judged (checks/gpu_operator.py)."""
+    return op.evaluate_operator(hosts, answer(policies, parse_cluster_policies), answer(pods, parse_validator_pods),
+                                answer(nodes, parse_nodes), selected, evidence,
+                                None if drivers is None else answer(drivers, parse_nvidia_drivers))

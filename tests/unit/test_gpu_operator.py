@@ -20,11 +20,10 @@ from nvdeploy.checks.gpu_operator import (
     VALIDATOR,
     OperatorHost,
     command_error,
-    evaluate_operator,
 )
 from nvdeploy.cli.app import cli
 from nvdeploy.parsers.k8s import parse_cluster_policies, parse_nodes, parse_validator_pods
-from nvdeploy.phases.k8s import kubectl
+from nvdeploy.phases.k8s import evaluate_results, kubectl
 from nvdeploy.results import ErrorReason, Remediation, Verdict
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "k8s"
@@ -108,7 +107,7 @@ def test_parsers_never_raise_on_odd_input():
 
 
 def test_everything_healthy_passes():
-    outcome = evaluate_operator(HOSTS, result("p", real("clusterpolicy-ready-v25.10.1.json")), result("v", GOOD_PODS),
+    outcome = evaluate_results(HOSTS, result("p", real("clusterpolicy-ready-v25.10.1.json")), result("v", GOOD_PODS),
                                 result("n", GOOD_NODES))
     assert {f.check: f.verdict for f in outcome.cluster} == {POLICY: Verdict.PASS, VALIDATOR: Verdict.PASS,
                                                              ALLOCATABLE: Verdict.PASS}
@@ -117,7 +116,7 @@ def test_everything_healthy_passes():
 
 
 def test_not_ready_policy_fails():
-    outcome = evaluate_operator(HOSTS, result("p", real("clusterpolicy-notready-state-driver-v23.9.1.json")),
+    outcome = evaluate_results(HOSTS, result("p", real("clusterpolicy-notready-state-driver-v23.9.1.json")),
                                 result("v", GOOD_PODS), result("n", GOOD_NODES))
     [finding] = by_check(outcome.cluster, POLICY)
     assert (finding.verdict, finding.observed, finding.remediation) == \
@@ -127,7 +126,7 @@ def test_not_ready_policy_fails():
 
 def test_validator_in_crashloop_fails_naming_the_node():
     hosts = [OperatorHost("gpu042", "rke2-gpu-node", 1, None)]
-    outcome = evaluate_operator(hosts, result("p", real("clusterpolicy-ready-v25.10.1.json")),
+    outcome = evaluate_results(hosts, result("p", real("clusterpolicy-ready-v25.10.1.json")),
                                 result("v", real("pods-validator-init-crashloop.json")),
                                 result("n", listed(node("rke2-gpu-node", 1))))
     [finding] = by_check(outcome.per_node["gpu042"], VALIDATOR)
@@ -138,7 +137,7 @@ def test_validator_in_crashloop_fails_naming_the_node():
 
 def test_missing_validator_pod_and_unready_pod_fail():
     pods = listed(pod("nvidia-operator-validator-a", "gpu001", ready=False))
-    outcome = evaluate_operator(HOSTS, result("p", "{\"items\": []}"), result("v", pods), result("n", GOOD_NODES),
+    outcome = evaluate_results(HOSTS, result("p", "{\"items\": []}"), result("v", pods), result("n", GOOD_NODES),
                                 selected=(VALIDATOR, POLICY))
     assert "not ready" in by_check(outcome.per_node["gpu001"], VALIDATOR)[0].summary
     assert "no nvidia-operator-validator pod on node gpu002" in by_check(outcome.per_node["gpu002"], VALIDATOR)[0] \
@@ -148,7 +147,7 @@ def test_missing_validator_pod_and_unready_pod_fail():
 
 def test_allocatable_short_of_the_profile_fails_naming_the_node():
     nodes = listed(node("gpu001", 8), node("gpu002", 7))
-    outcome = evaluate_operator(HOSTS, result("p", "{\"items\": []}"), result("v", GOOD_PODS), result("n", nodes),
+    outcome = evaluate_results(HOSTS, result("p", "{\"items\": []}"), result("v", GOOD_PODS), result("n", nodes),
                                 selected=(ALLOCATABLE,))
     [finding] = by_check(outcome.per_node["gpu002"], ALLOCATABLE)
     assert (finding.verdict, finding.observed, finding.expected) == (Verdict.FAIL, 7, 8)
@@ -159,7 +158,7 @@ def test_allocatable_short_of_the_profile_fails_naming_the_node():
 
 def test_real_node_against_a_one_gpu_profile_and_no_driver_labels():
     hosts = [OperatorHost("gpu-z3", "shoot--kyma-stage--c-xxxxxxxx-gpu-z3-59846-4262c", 1, "550.90.07")]
-    outcome = evaluate_operator(hosts, result("p", real("clusterpolicy-ready-v25.10.1.json")), result("v", listed()),
+    outcome = evaluate_results(hosts, result("p", real("clusterpolicy-ready-v25.10.1.json")), result("v", listed()),
                                 result("n", real("node-allocatable-1gpu.json")), selected=(ALLOCATABLE, DRIVER))
     assert [f.verdict for f in outcome.per_node["gpu-z3"]] == [Verdict.PASS]
     assert by_check(outcome.cluster, DRIVER)[0].verdict is Verdict.SKIP
@@ -167,7 +166,7 @@ def test_real_node_against_a_one_gpu_profile_and_no_driver_labels():
 
 def test_host_that_is_not_a_k8s_node_is_skipped():
     hosts = HOSTS + [OperatorHost("login01", "login01", 8, None)]
-    outcome = evaluate_operator(hosts, result("p", "{\"items\": []}"), result("v", GOOD_PODS),
+    outcome = evaluate_results(hosts, result("p", "{\"items\": []}"), result("v", GOOD_PODS),
                                 result("n", GOOD_NODES), selected=(ALLOCATABLE, VALIDATOR))
     assert [f.verdict for f in outcome.per_node["login01"]] == [Verdict.SKIP]
 
@@ -176,7 +175,7 @@ def test_driver_version_from_labels_and_policy():
     nodes = listed(node("gpu001", 8), node("gpu002", 8, "535.104.05"))
     policy = listed({"kind": "ClusterPolicy", "metadata": {"name": "cp"}, "status": {"state": "ready"},
                      "spec": {"driver": {"enabled": True, "version": "550.54.15"}}})
-    outcome = evaluate_operator(HOSTS, result("p", policy), result("v", GOOD_PODS), result("n", nodes),
+    outcome = evaluate_results(HOSTS, result("p", policy), result("v", GOOD_PODS), result("n", nodes),
                                 selected=(DRIVER,))
     assert by_check(outcome.per_node["gpu001"], DRIVER)[0].verdict is Verdict.PASS
     bad = by_check(outcome.per_node["gpu002"], DRIVER)[0]
@@ -196,7 +195,7 @@ def test_driver_version_from_labels_and_policy():
     (result("p", "<html>proxy login</html>"), Verdict.ERROR, ErrorReason.UNPARSEABLE),
 ])
 def test_kubectl_that_did_not_answer_is_never_pass(res, verdict, reason):
-    outcome = evaluate_operator(HOSTS, res, res, res)
+    outcome = evaluate_results(HOSTS, res, res, res)
     assert outcome.cluster and all((f.verdict, f.reason) == (verdict, reason) for f in outcome.cluster
                                    if f.check != DRIVER)
     assert not any(f.verdict is Verdict.PASS for fs in outcome.per_node.values() for f in fs)

@@ -15,9 +15,10 @@ from pathlib import Path
 from _catalog_helpers import result
 from click.testing import CliRunner
 
-from nvdeploy.checks.gpu_operator import ALLOCATABLE, DRIVER, OperatorHost, evaluate_operator, judge_allocatable
+from nvdeploy.checks.gpu_operator import ALLOCATABLE, DRIVER, OperatorHost, judge_allocatable
 from nvdeploy.cli.app import cli
 from nvdeploy.parsers.k8s import parse_cluster_policies, parse_nodes, parse_nvidia_drivers
+from nvdeploy.phases.k8s import evaluate_results
 from nvdeploy.results import ErrorReason, Remediation, Verdict
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "k8s"
@@ -107,7 +108,7 @@ def test_single_strategy_counts_mig_devices_as_gpus():
 
 def test_mixed_node_through_the_check():
     hosts = [OperatorHost("gpu001", MIXED_NODE, 1, None)]
-    outcome = evaluate_operator(hosts, result("p", "{\"items\": []}"), result("v", listed()),
+    outcome = evaluate_results(hosts, result("p", "{\"items\": []}"), result("v", listed()),
                                 result("n", real("node-mig-mixed-h100-all-balanced.json")), selected=(ALLOCATABLE,))
     [finding] = outcome.per_node["gpu001"]
     assert (finding.verdict, finding.expected) == (Verdict.PASS, 1)
@@ -132,7 +133,7 @@ def test_real_nvidia_drivers_parse():
 def test_nvidia_drivers_judged_against_the_hosts_they_select():
     hosts = [OperatorHost("gpu001", "gpu001", 8, "580.126.20"), OperatorHost("gpu002", "gpu002", 8, "580.126.20")]
     nodes = listed(labelled("gpu001", "gold"), labelled("gpu002", "silver"))
-    outcome = evaluate_operator(hosts, result("p", "{\"items\": []}"), result("v", listed()), result("n", nodes),
+    outcome = evaluate_results(hosts, result("p", "{\"items\": []}"), result("v", listed()), result("n", nodes),
                                 selected=(DRIVER,), drivers=result("d", real("nvidiadrivers-gold-silver-docs.json")))
     by_name = {f.summary.split(" (")[0]: f for f in outcome.cluster if f.check == DRIVER}
     gold, silver = by_name["NVIDIADriver demo-gold"], by_name["NVIDIADriver demo-silver"]
@@ -152,7 +153,7 @@ def test_precompiled_branch_and_crd_policy():
     [parsed] = parse_cluster_policies(policy).items
     assert parsed.uses_driver_crd and parsed.mig_strategy == "mixed"
     hosts = [OperatorHost("gpu001", "gpu001", 8, "580.126.20")]
-    outcome = evaluate_operator(hosts, result("p", policy), result("v", listed()),
+    outcome = evaluate_results(hosts, result("p", policy), result("v", listed()),
                                 result("n", listed(labelled("gpu001", "any"))), selected=(DRIVER,),
                                 drivers=result("d", listed(precompiled)))
     # The ClusterPolicy's driver.version is not the operator's when useNvidiaDriverCRD is set: no finding for it.
@@ -163,11 +164,11 @@ def test_no_crd_is_silent_and_a_failed_read_is_error():
     hosts = [OperatorHost("gpu001", "gpu001", 8, "580.126.20")]
     nodes = result("n", listed(labelled("gpu001", "gold")))
     missing = result("d", rc=1, stderr='error: the server doesn\'t have a resource type "nvidiadrivers"\n')
-    outcome = evaluate_operator(hosts, result("p", "{\"items\": []}"), result("v", listed()), nodes,
+    outcome = evaluate_results(hosts, result("p", "{\"items\": []}"), result("v", listed()), nodes,
                                 selected=(DRIVER,), drivers=missing)
     assert not outcome.cluster and outcome.per_node["gpu001"][0].verdict is Verdict.PASS  # the node's label
     refused = result("d", rc=1, stderr="Unable to connect to the server: dial tcp 10.0.0.1:6443: i/o timeout\n")
-    outcome = evaluate_operator(hosts, result("p", "{\"items\": []}"), result("v", listed()), nodes,
+    outcome = evaluate_results(hosts, result("p", "{\"items\": []}"), result("v", listed()), nodes,
                                 selected=(DRIVER,), drivers=refused)
     assert [(f.verdict, f.reason) for f in outcome.cluster] == [(Verdict.ERROR, ErrorReason.UNREACHABLE)]
 

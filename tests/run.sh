@@ -52,6 +52,14 @@ if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmd >/dev/null 2>&1
   fi
 fi
 
+# storage.throughput runs the real fio into a temp folder (tests/unit/test_storage_real_run.py).
+if ! command -v fio >/dev/null 2>&1; then
+  if can_apt; then
+    apt_install --no-install-recommends fio
+  else
+    echo "tests/run.sh: fio is missing (apt-get install fio): the real fio storage test will skip" >&2
+  fi
+fi
 # The node-side batch script (nvdeploy/transport/batch.sh) is checked by shellcheck before any test.
 if ! command -v shellcheck >/dev/null 2>&1; then
   if can_apt; then

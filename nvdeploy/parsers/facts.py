@@ -6,7 +6,7 @@ import re
 from dataclasses import replace
 from typing import Any, Mapping, Optional
 
-from nvdeploy.parsers.burnin import parse_load, parse_sampler
+from nvdeploy.parsers.burnin import SamplerRun, parse_load, parse_sampler
 from nvdeploy.parsers.catalog import catalog_facts, catalog_summary
 from nvdeploy.parsers.kmsg import parse_kmsg
 from nvdeploy.parsers.lspci import parse_lspci
@@ -116,6 +116,32 @@ def summary_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
         out["dcgm_diag_gflops"] = gflops
     out.update(storage_figures(facts.get("storage")))
     out.update(nvbandwidth_figures(facts.get("nvbandwidth")))
+    series = burnin_series(facts.get("burnin_sampler"))
+    if series:
+        out["burnin_series"] = series
+    return out
+
+
+BURNIN_POINTS = 200  # points per GPU kept of a burn-in's samples (an hour at 1 s is 3,600 of them)
+
+
+def burnin_series(run: Optional[SamplerRun], points: int = BURNIN_POINTS) -> dict[str, list[list[Any]]]:
+    """{GPU index (str): [[t s, SM clock MHz, temperature C], ...]}: the burn-in's curve per GPU, at most ``points``
+    rows, for the report's chart (reports read the record only). A longer series is cut into ``points`` runs of
+    consecutive samples; each row is its run's first time, lowest clock and highest temperature, so a short
+    throttle dip is not averaged away. A value no sample of the run could read is None."""
+    out: dict[str, list[list[Any]]] = {}
+    for gpu in (run.gpus() if run is not None else ()):
+        samples = run.series(gpu)  # type: ignore[union-attr]
+        size = max(1, -(-len(samples) // max(points, 1)))
+        rows: list[list[Any]] = []
+        for start in range(0, len(samples), size):
+            chunk = samples[start:start + size]
+            clocks = [s.sm_clock_mhz for s in chunk if s.sm_clock_mhz is not None]
+            temps = [s.temperature_c for s in chunk if s.temperature_c is not None]
+            rows.append([round(chunk[0].t, 1), min(clocks) if clocks else None, max(temps) if temps else None])
+        if rows:
+            out[str(gpu)] = rows
     return out
 
 

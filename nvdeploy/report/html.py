@@ -21,6 +21,7 @@ import jinja2
 from markupsafe import Markup
 
 from nvdeploy.config.hostrange import fold
+from nvdeploy.report.burnin_chart import burnin_charts
 from nvdeploy.report.chart import LOW_PCT, bandwidth_charts
 from nvdeploy.report.compare import RunDiff, group_changes, group_drift
 from nvdeploy.report.evidence import Excerpt, excerpt, safe_href
@@ -263,6 +264,7 @@ def write_html(run: RunResult, out: IO[bytes], diff: Optional[RunDiff] = None, r
                        "fixed_checks": group_changes(diff.fixed_checks), "drift": group_drift(diff.drift),
                        "not_rechecked": group_changes(diff.not_rechecked)}
     all_nodes, groups = _all_nodes(briefs)
+    burned, burnin_left_out = burnin_charts(run)
     data = {"nodes": [b.name for b in briefs], "rows": [r["indexes"] for r in rows], "groups": groups,
             "not_run": unrun}
     not_run_hosts = fold([briefs[i].name for i in unrun]) if unrun else ""
@@ -273,6 +275,7 @@ def write_html(run: RunResult, out: IO[bytes], diff: Optional[RunDiff] = None, r
         resume_command=resume_command(run, run_dir),
         cell_text=CELL_TEXT, cluster_findings=list(run.cluster_findings), sizing_rows=_sizing_rows(run, briefs),
         diff=diff, diff_groups=diff_groups, charts=bandwidth_charts(run), low_pct=LOW_PCT, sections=sections,
+        burnin_charts=burned, burnin_left_out=burnin_left_out,
         excerpts_dropped=dropped, all_nodes=all_nodes, data=data, script=Markup(script),  # noqa: S704
         csp=Markup(content_security_policy(script)),  # noqa: S704 - our constant: quotes must stay quotes
         rendered_at=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))

@@ -122,4 +122,18 @@ CLUSTER_CHECKS: dict[str, str] = {
         Sources: a GB200 NVL72 full rack (72 ranks) at 834.57-846.82 GB/s all_reduce busbw from 4 to 8 GiB
         (coreweave/nccl-tests pull request 43); NCCL_MNNVL_ENABLE and NCCL_NVLS_ENABLE from NCCL's environment
         variables documentation."""),
+    "nvloom.domain": inspect.cleandoc("""NVIDIA's nvloom (``nvloom_cli``) across each multi-node NVLink domain (NVL72
+        rack), on profiles with ``nvlink_domain``; nothing elsewhere. The domains are nccl.domain's (the trays whose
+        GPUs registered with one clusterUuid + cliqueId, those that passed their own checks); per domain one mpirun
+        from its first tray, one rank per GPU, of ``nvloom_cli -t bisect_device_to_device_write_sm`` (host var
+        ``nvloom_testcases``; ``nvloom_dir`` its folder), timeout ``nvloom_timeout`` (300 s) and the global
+        ``--deadline``; domains in parallel. PASS: every testcase done, every rank reported, no GPU without a
+        measurement and none below 90% of the median of its peers (nvloom states no absolute figure). FAIL naming
+        the tray and GPU that is low or has no measurement (ISOLATE), or the testcase nvloom stopped on. nvloom_cli
+        absent (exit 127, mpirun cannot find it): ERROR not_run on the domain's trays saying how to get it, never
+        PASS; a run cut off or short of ranks: ERROR.
+        Remediation: check the named tray's NVLink cabling and cartridges and the switch trays, then reset it.
+
+        Sources: github.com/NVIDIA/nvloom README (bisect testcase, one process per GPU) and its output format
+        strings (cli/util.cpp, cli/util.h, cli/nvloom_cli.cpp); no public capture of a real run was found."""),
 }

@@ -34,6 +34,7 @@ GPUDIRECT_CHECK = "rdma.gpudirect"  # nvdeploy/checks/rdma.py, run by nvdeploy/p
 GPU_OPERATOR_PREFIX = "gpu_operator."  # nvdeploy/checks/gpu_operator.py, run by nvdeploy/phases/k8s.py
 IMEX_DOMAIN_CHECK = "imex.domain"  # nvdeploy/checks/imex.py, run by nvdeploy/phases/imex.py
 NCCL_DOMAIN_CHECK = "nccl.domain"  # nvdeploy/checks/registry.py, run by nvdeploy/phases/domain.py
+NVLOOM_DOMAIN_CHECK = "nvloom.domain"  # nvdeploy/checks/registry.py, run by nvdeploy/phases/nvloom.py
 
 
 @dataclass(frozen=True)
@@ -243,6 +244,11 @@ def _cluster_stages(all_hosts: list[Host], catalog: ProfileCatalog, options: Eng
         from nvdeploy.phases.domain import run_domains
 
         stages.append(_ClusterStage("NVLink domains (nccl-tests over multi-node NVLink)", lambda nodes: run_domains(
+            nodes, all_hosts, catalog, options, recorder, deadline_at)))
+    if NVLOOM_DOMAIN_CHECK in options.checks:
+        from nvdeploy.phases.nvloom import run_nvloom
+
+        stages.append(_ClusterStage("NVLink domains (nvloom_cli)", lambda nodes: run_nvloom(
             nodes, all_hosts, catalog, options, recorder, deadline_at)))
     if GPUDIRECT_CHECK in options.checks:
         from nvdeploy.phases.gpudirect import run_gpudirect

@@ -18,6 +18,9 @@ from nvdeploy.sim import state, systools  # noqa: E402,F401  isort: skip
 # mpirun across the simulated cluster (multi-node nccl-tests).
 from nvdeploy.sim import mpi_tool  # noqa: E402,F401  isort: skip
 
+# nvloom_cli on NVLink domain trays, launched by that mpirun (absent unless the fault nvloom).
+from nvdeploy.sim import nvloom_tool  # noqa: E402,F401  isort: skip
+
 # The GPU stack around the driver: CUDA toolkits (find), MPS control.
 from nvdeploy.sim import stack_tools  # noqa: E402,F401  isort: skip
 

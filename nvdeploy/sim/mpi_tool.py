@@ -136,6 +136,10 @@ def mpirun(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
     options, program = parsed
     hosts: list[tuple[str, int]] = options["hosts"]  # type: ignore[assignment]
     env: Mapping[str, str] = options["env"]  # type: ignore[assignment]
+    if hosts and program[0].endswith("nvloom_cli"):
+        from nvdeploy.sim.nvloom_tool import nvloom_output
+
+        return nvloom_output(scenario, hosts, {host: _faults_of(scenario, host) for host, _ in hosts}, program)
     if not hosts or not program[0].endswith("all_reduce_perf"):
         return ToolOutput(b"", b"simulated mpirun runs all_reduce_perf on -H hosts only\n", 1)
     faults = {host: _faults_of(scenario, host) for host, _ in hosts}

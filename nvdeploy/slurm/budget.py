@@ -90,6 +90,11 @@ def _stages_s(hosts: Sequence[Any], checks: Sequence[str], pattern: str, catalog
         trays = max(2, min(n, 18))
         rounds = 1 + 2 * math.ceil(math.log2(trays)) + 1
         total += rounds * (float(first.get("nccl_timeout", NCCL_S)) + MPIRUN_GRACE_S)
+    if "nvloom.domain" in checks and _has_nvlink_domain(hosts, catalog):
+        from nvdeploy.phases.nvloom import DEFAULT_TIMEOUT_S as NVLOOM_S
+
+        # One nvloom_cli run per domain, the domains in parallel.
+        total += float(first.get("nvloom_timeout", NVLOOM_S)) + MPIRUN_GRACE_S
     if "rdma.gpudirect" in checks:
         from nvdeploy.phases.gpudirect import DEFAULT_TIMEOUT_S as RDMA_S
         from nvdeploy.phases.gpudirect import SERVER_EXTRA_S

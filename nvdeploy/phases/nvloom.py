@@ -1,0 +1,152 @@
+"""nvloom.domain: NVIDIA's nvloom (``nvloom_cli``) across each multi-node NVLink domain (NVL72 rack).
+
+Cluster stage at level full, for profiles with ``nvlink_domain``. The domains are nccl.domain's
+(``phases/domain.group_domains``: the trays whose GPUs registered with one clusterUuid + cliqueId, only those that
+passed their own checks); per domain one mpirun from its first tray over its trays, one rank per GPU (nvloom
+assumes one process per GPU), of ``nvloom_cli -t <testcases>`` (host var ``nvloom_testcases``, default the
+bisect write over SM copies, which NVIDIA's README recommends to test a fabric quickly: every GPU writes at once,
+about 3 s on 72 GPUs). The domains run in parallel. Timeout: host var ``nvloom_timeout`` (300 s) and the global
+deadline, as nccl.domain's rounds. nvloom_cli absent (exit 127, mpirun cannot find it): ERROR not_run on the
+domain's trays saying how to get it, never PASS.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import time
+from dataclasses import replace
+from typing import Optional, Sequence
+
+from nvdeploy.checks.nvloom import GET_IT, NvloomVerdict, judge_nvloom, tool_absent
+from nvdeploy.config.hostrange import fold
+from nvdeploy.config.inventory import Host
+from nvdeploy.config.profiles import ProfileCatalog
+from nvdeploy.parsers.nvloom import parse_nvloom
+from nvdeploy.phases.domain import FABRIC_FACT, Domain, group_domains
+from nvdeploy.phases.multinode import DEADLINE_TEXT, round_timeouts
+from nvdeploy.results import ErrorReason, Finding, NodeResult, Remediation, Verdict
+from nvdeploy.runner.engine import EngineOptions, make_transport
+from nvdeploy.runner.record import RunRecorder
+from nvdeploy.slurm.srun import pool_of
+from nvdeploy.transport.base import CommandSpec, TransportError
+
+CHECK_ID = "nvloom.domain"
+DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_TESTCASES = ("bisect_device_to_device_write_sm",)
+
+
+def nvloom_argv(group: Sequence[Host], ranks_per_node: int, launcher: Host, timeout_s: float) -> tuple[str, ...]:
+    """mpirun over the domain's trays (addresses from the inventory, validated there) of nvloom_cli; the
+    testcase names come from the launcher's vars as separate argv words, never through a shell."""
+    hosts = ",".join(f"{h.address}:{ranks_per_node}" for h in group)
+    argv = ["mpirun", "--timeout", str(int(timeout_s)), "--bind-to", "none", "-np",
+            str(ranks_per_node * len(group)), "-H", hosts]
+    if launcher.get("ssh_user") == "root":
+        argv.insert(1, "--allow-run-as-root")
+    folder = str(launcher.get("nvloom_dir") or "").rstrip("/")
+    program = f"{folder}/nvloom_cli" if folder else "nvloom_cli"
+    wanted = launcher.get("nvloom_testcases") or DEFAULT_TESTCASES
+    testcases = [str(t) for t in ([wanted] if isinstance(wanted, str) else wanted) if str(t) and
+                 not str(t).startswith("-")]
+    return (*argv, program, "-t", *(testcases or DEFAULT_TESTCASES))
+
+
+def _run_one(domain: Domain, index: int, hosts: Sequence[Host], catalog: ProfileCatalog, options: EngineOptions,
+             recorder: RunRecorder, deadline_at: Optional[float]) -> tuple[NvloomVerdict, Optional[str]]:
+    by_name = {h.name: h for h in hosts}
+    group = [by_name[t] for t in domain.trays]
+    launcher = group[0]
+    profile = catalog.get(launcher.profile or "")
+    ranks = int(launcher.get("nccl_ranks_per_node") or profile.gpu.count)
+    remaining = None if deadline_at is None else deadline_at - time.monotonic()
+    timeouts = round_timeouts(float(launcher.get("nvloom_timeout", DEFAULT_TIMEOUT_S)), remaining)
+    if timeouts is None:
+        return NvloomVerdict(Verdict.ERROR, f"nvloom_cli on {domain.name} not run: {DEADLINE_TEXT}",
+                             reason=ErrorReason.NOT_RUN), None
+    if pool_of(launcher) is not None:
+        return NvloomVerdict(Verdict.ERROR, f"nvloom_cli on {domain.name} not run: it runs by mpirun over SSH, "
+                             "not through --via slurm", reason=ErrorReason.NOT_RUN), None
+    mpirun_timeout, command_timeout = timeouts
+    spec = CommandSpec("nvloom", nvloom_argv(group, ranks, launcher, mpirun_timeout), command_timeout)
+    transport = make_transport(launcher, catalog, options, peers=list(hosts))
+    try:
+        transport.connect()
+        result = transport.run_batch([spec], remaining)[0]
+    except TransportError as exc:
+        return NvloomVerdict(Verdict.ERROR, f"nvloom_cli on {domain.name} not run: launcher {launcher.name} "
+                             f"unreachable: {exc.detail}", reason=exc.reason), None
+    finally:
+        transport.close()
+    evidence = recorder.write_evidence("_cluster", [replace(result, name=f"nvloom_{index:02d}")])[0].path
+    if result.error is not None or result.timed_out:
+        return NvloomVerdict(Verdict.ERROR, f"nvloom_cli on {domain.name} did not finish: "
+                             f"{result.error_detail or 'timed out'}", reason=result.error or ErrorReason.TIMEOUT,
+                             remediation=Remediation.INVESTIGATE), evidence
+    # nvloom's results go to stdout, its 'Error running testcase' and mpirun's own errors to stderr.
+    text = result.text + "\n" + result.err_text
+    run = parse_nvloom(text)
+    if tool_absent(run, result.rc, text):
+        return NvloomVerdict(Verdict.ERROR, f"nvloom_cli not run on {domain.name}: {GET_IT}",
+                             reason=ErrorReason.NOT_RUN), evidence
+    return judge_nvloom(run, result.rc, ranks * len(group), domain.name), evidence
+
+
+def run_nvloom(nodes: Sequence[NodeResult], hosts: Sequence[Host], catalog: ProfileCatalog, options: EngineOptions,
+               recorder: RunRecorder, deadline_at: Optional[float] = None
+               ) -> tuple[list[NodeResult], list[Finding]]:
+    """Run nvloom.domain; the nodes with their new findings and the cluster findings (none without a profile
+    with an NVLink domain)."""
+    if not any(h.profile and catalog.get(h.profile).nvlink_domain is not None for h in hosts):
+        return list(nodes), []
+    domains = [d for d in group_domains(nodes, hosts, catalog)]
+    if not domains:
+        why = ("no tray carries fabric facts: run nvloom.domain with nvlink.fabric (both are in level full)"
+               if not any(FABRIC_FACT in n.facts for n in nodes) else "no tray registered with the fabric")
+        return list(nodes), [Finding(CHECK_ID, Verdict.SKIP, f"no NVLink domain to run: {why}")]
+    runnable = [(i, d) for i, d in enumerate(domains) if len(d.trays) >= 2]
+    with cf.ThreadPoolExecutor(max_workers=max(1, min(len(runnable) or 1, options.forks))) as pool:
+        verdicts = dict(zip([i for i, _ in runnable], pool.map(
+            lambda pair: _run_one(pair[1], pair[0], hosts, catalog, options, recorder, deadline_at), runnable)))
+    profile_of = {h.name: catalog.get(h.profile or "") for h in hosts}
+    cluster: list[Finding] = []
+    extra: dict[str, list[Finding]] = {}
+    for index, domain in enumerate(domains):
+        stamp = profile_of[(domain.trays + domain.left_out)[0]].stamp
+        if index not in verdicts:
+            cluster.append(Finding(CHECK_ID, Verdict.SKIP, f"{domain.name}: {len(domain.trays)} healthy tray(s), "
+                                   "no multi-node NVLink run", profile=stamp))
+            continue
+        verdict, evidence = verdicts[index]
+        said = f" [{fold(domain.left_out)} left out (failed their own checks)]" if domain.left_out else ""
+        cluster.append(Finding(CHECK_ID, verdict.verdict, verdict.summary + said, observed=verdict.observed,
+                               unit="GB/s" if verdict.observed is not None else "", reason=verdict.reason,
+                               remediation=verdict.remediation, evidence=evidence, profile=stamp))
+        named: dict[str, list[tuple[int, Optional[float]]]] = {}
+        for host, device, figure in verdict.suspects:
+            tray = next((h.name for h in hosts if host in (h.name, h.address) or host.split(".")[0] == h.name),
+                        host)
+            named.setdefault(tray, []).append((device, figure))
+        for tray in domain.trays:
+            if tray in named:
+                for device, figure in named[tray]:
+                    what = f"{figure:.2f} GB/s, below its peers" if figure is not None else "no measurement"
+                    extra.setdefault(tray, []).append(Finding(
+                        CHECK_ID, Verdict.FAIL, f"{domain.name}: nvloom_cli: GPU {device}: {what}: "
+                        "check this tray's NVLink cabling/cartridges and the switch trays, then reset the tray",
+                        node=tray, gpu=device if device >= 0 else None, observed=figure, unit="GB/s",
+                        remediation=Remediation.ISOLATE, evidence=evidence, profile=stamp))
+            elif verdict.verdict is Verdict.FAIL and not verdict.suspects:
+                extra.setdefault(tray, []).append(Finding(
+                    CHECK_ID, Verdict.ERROR, f"{domain.name}: nvloom_cli failed with this tray taking part, not "
+                    f"localised to a tray ({verdict.summary[:200]})", node=tray, reason=ErrorReason.INCOMPLETE,
+                    remediation=Remediation.INVESTIGATE, evidence=evidence, profile=stamp))
+            else:
+                plain = Verdict.PASS if verdict.verdict is Verdict.FAIL else verdict.verdict
+                extra.setdefault(tray, []).append(Finding(
+                    CHECK_ID, plain, f"{domain.name}: {verdict.summary[:300]}" if plain is not Verdict.PASS
+                    else f"{domain.name}: nvloom_cli: this tray's GPUs on par with their peers", node=tray,
+                    reason=verdict.reason if plain is Verdict.ERROR else None,
+                    remediation=verdict.remediation if plain is Verdict.ERROR else Remediation.NONE,
+                    evidence=evidence, profile=stamp))
+    updated = [n.with_findings(extra[n.name]) if n.name in extra else n for n in nodes]
+    return updated, cluster

@@ -1,0 +1,75 @@
+"""nvloom.domain over two simulated GB200 NVL72 racks (inventories/gb200-2rack.yaml, 36 trays) at level full,
+in-process: nvloom_cli absent (the default) leaves each domain's trays ERROR not_run saying how to get it, never
+PASS; present and healthy PASSes; one tray with slow multi-node NVLink (mnnvl_slow) is named with its GPUs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nvdeploy.config.inventory import load_inventory
+from nvdeploy.config.levels import load_levels
+from nvdeploy.config.profiles import ProfileCatalog
+from nvdeploy.phases.validate import run_validate
+from nvdeploy.results import ErrorReason, Remediation, Verdict
+from nvdeploy.runner.engine import EngineOptions
+
+CATALOG = ProfileCatalog()
+ROOT = Path(__file__).resolve().parents[2]
+CHECKS = ("nvlink.fabric", "nvlink.domain", "nvloom.domain")
+
+
+def _run(base: Path, present: bool, slow: bool):
+    text = (ROOT / "inventories" / "gb200-2rack.yaml").read_text()
+    if present:
+        # Every tray has the tool: the group's faults, and the hosts' own lists (which replace the group's).
+        text = text.replace("sim_faults: [", "sim_faults: [nvloom, ")
+        for rack in ("rack1", "rack2"):
+            old = f"vars: {{rack: {rack}}}"
+            assert old in text
+            text = text.replace(old, f"vars: {{rack: {rack}, sim_faults: [nvloom]}}")
+    if slow:
+        old = "          sim_faults: [nvloom, fabric_unhealthy]"
+        assert old in text
+        text = text.replace(old, old + "\n        tray10:\n          sim_faults: [nvloom, mnnvl_slow]")
+    inventory = base / "gb200-2rack.yaml"
+    inventory.write_text(text)
+    assert "nvloom.domain" in load_levels()["full"]
+    return run_validate(load_inventory(inventory, CATALOG), CATALOG, EngineOptions(checks=CHECKS),
+                        base / "reports", level="full")
+
+
+def mine(outcome):
+    return ([f for f in outcome.run.cluster_findings if f.check == "nvloom.domain"],
+            {n.name: [f for f in n.findings if f.check == "nvloom.domain"] for n in outcome.run.nodes})
+
+
+@pytest.mark.parametrize("present,slow", [(False, False), (True, False), (True, True)])
+def test_nvloom_domain(tmp_path, present, slow):
+    cluster, nodes = mine(_run(tmp_path, present, slow))
+    ran = [f for f in cluster if f.verdict is not Verdict.SKIP]
+    assert {f.summary.split(":")[0] for f in ran} >= {"nvloom_cli on rack rack1", "nvloom_cli not run on rack rack1"
+                                                     } & {f.summary.split(":")[0] for f in ran}
+    assert len(ran) == 2  # rack1 and the rack2 clique that has more than one tray
+    in_domains = [name for name, found in nodes.items() if found]
+    assert "tray04" in in_domains and "tray22" in in_domains and "tray01" not in in_domains
+    if not present:
+        for finding in ran:
+            assert finding.verdict is Verdict.ERROR and finding.reason is ErrorReason.NOT_RUN
+            assert "github.com/NVIDIA/nvloom" in finding.summary
+        for name in in_domains:
+            assert [f.verdict for f in nodes[name]] == [Verdict.ERROR]
+            assert nodes[name][0].reason is ErrorReason.NOT_RUN
+        return
+    if not slow:
+        assert all(f.verdict is Verdict.PASS for f in ran), [f.summary for f in ran]
+        assert all(f.verdict is Verdict.PASS for name in in_domains for f in nodes[name])
+        return
+    rack1 = next(f for f in ran if "rack1" in f.summary)
+    assert rack1.verdict is Verdict.FAIL and rack1.remediation is Remediation.ISOLATE
+    assert "tray10 GPU 0: 450.00 GB/s" in rack1.summary, rack1.summary
+    failed = sorted((name, f.gpu) for name in in_domains for f in nodes[name] if f.verdict is not Verdict.PASS)
+    assert failed == [("tray10", 0), ("tray10", 1), ("tray10", 2), ("tray10", 3)]
+    assert all(f.remediation is Remediation.ISOLATE for f in nodes["tray10"])
+    assert next(f for f in ran if "rack2" in f.summary).verdict is Verdict.PASS

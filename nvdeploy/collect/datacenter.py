@@ -6,7 +6,8 @@ Light collectors answer in seconds and go in the node's one batched round trip. 
 
 - ``dcgm_diag_r1`` .. ``dcgm_diag_r4``: ``dcgmi diag -r N -j``, timeouts 120 s, 1200 s, 3600 s, 10800 s; the host
   var ``dcgm_timeout`` (seconds) overrides them. The level picks the diag level by picking the check that reads
-  the collector (``dcgm.diag_r2`` at standard, ``dcgm.diag_r3`` at full).
+  the collector (``dcgm.diag_r2`` at standard, ``dcgm.diag_r3`` at full). A waiver with ``dcgm_error_codes``
+  adds ``--ignoreErrorCodes`` for the node (config/waivers.py).
 - ``nccl_all_reduce``: ``env NCCL_DEBUG=VERSION [NCCL_TESTS_MIN_BW=<floor>] [nccl_env...] <nccl_tests_dir>/
   all_reduce_perf -b 1G -e 8G -f 2 -g <GPU count> -c 1``, timeout 900 s (host var ``nccl_timeout``).
   ``NCCL_TESTS_MIN_BW`` is the profile's busbw floor, so all_reduce_perf's own exit status fails when the
@@ -92,9 +93,24 @@ DCGM_HEALTH = Collector(
 COMPUTE_APPS = Collector(
     "compute_apps", ("nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"),
     20.0, description="GPU compute processes (busy guard: heavy tests do not start on a busy node)")
+# The --ignoreErrorCodes value the run's waivers give this node (config/waivers.py dcgm_ignore_error_codes): set
+# by the engine in the host vars it plans with, never read from an inventory.
+DCGM_IGNORE_VAR = "_waived_dcgm_error_codes"
+
+
+def _build_dcgm_diag(level: int) -> Any:
+    def build(host_vars: Mapping[str, Any], profile: Any) -> tuple[str, ...]:
+        """``dcgmi diag -r LEVEL -j``, with ``--ignoreErrorCodes <value>`` where a waiver names DCGM error codes for
+        this node (one argv word: the transport quotes it, the value's ';' stays DCGM's separator)."""
+        argv: tuple[str, ...] = ("dcgmi", "diag", "-r", str(level), "-j")
+        codes = host_vars.get(DCGM_IGNORE_VAR)
+        return (*argv, "--ignoreErrorCodes", str(codes)) if codes else argv
+    return build
+
+
 DCGM_DIAG = {level: Collector(
     dcgm_diag_collector(level), ("dcgmi", "diag", "-r", str(level), "-j"), timeout, heavy=True,
-    description=f"DCGM diagnostic level {level} (JSON)", timeout_var="dcgm_timeout")
+    description=f"DCGM diagnostic level {level} (JSON)", timeout_var="dcgm_timeout", build=_build_dcgm_diag(level))
     for level, timeout in DCGM_TIMEOUTS.items()}
 NCCL_ALL_REDUCE = Collector(
     "nccl_all_reduce", ("all_reduce_perf", *NCCL_SIZES, "-g", str(DEFAULT_GPU_COUNT), "-c", "1"), NCCL_TIMEOUT_S,

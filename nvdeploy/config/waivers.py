@@ -9,6 +9,13 @@ waivers:
     until: 2027-01-15                 # the last day (UTC) it holds
     owner: jdoe@example.com
     reason: "remapped rows: RMA 4711 open"
+  - check: dcgm.diag_r3
+    nodes: gpu[020-021]
+    gpus: [0]
+    dcgm_error_codes: [101]           # optional: DCGM itself ignores these error codes (dcgmi diag --ignoreErrorCodes)
+    until: 2027-01-15
+    owner: jdoe@example.com
+    reason: "known Xid 79 history, RMA 4712"
 ```
 
 A waived WARN or FAIL becomes SKIP (it no longer counts towards the verdict or the exit status) with a summary
@@ -17,6 +24,14 @@ what until when. ERROR is never waived: could not determine is not a known fault
 nothing: the finding counts again, and :func:`expired` gives the error naming its file and line (the run goes on: a
 nightly validation does not stop the day a waiver lapses). A malformed waiver or an unknown check is a ConfigError
 naming the file, line and key (:func:`load_waivers`): the run does not start.
+
+``dcgm_error_codes`` (a waiver of a ``dcgm.diag_rN`` check only) goes further: until the date, the node's
+``dcgmi diag`` runs with ``--ignoreErrorCodes`` for those codes on the waiver's GPUs (all of them without
+``gpus``), so DCGM itself does not fail a test on the waived error and the rest of that test still counts
+(:func:`dcgm_ignore_error_codes`). The option's syntax is DCGM's own (DCGM 4.1.0 and later;
+dcgmi/CommandLineParser.cpp and nvvs IgnoreErrorCodesHelper.cpp in NVIDIA/DCGM): ``28,140`` on every GPU,
+``gpu0:28;gpu1:140,92`` per GPU, a GPU named once; only the codes in :data:`DCGM_IGNORABLE` are accepted (any other
+makes dcgmi reject the whole run), so the schema accepts only those.
 """
 
 from __future__ import annotations
@@ -30,10 +45,17 @@ from nvdeploy.config.hostrange import HostRangeError, expand
 from nvdeploy.config.yamlfile import ConfigError, line_of, load_yaml_file
 from nvdeploy.results import Finding, NodeResult, Verdict
 
-KEYS = {"check", "nodes", "gpus", "until", "owner", "reason"}
+KEYS = {"check", "nodes", "gpus", "until", "owner", "reason", "dcgm_error_codes"}
 REQUIRED = ("check", "nodes", "until", "owner", "reason")
 WAIVABLE = (Verdict.WARN, Verdict.FAIL)
 PREFIX = "WAIVED "
+# The error codes nvvs lets --ignoreErrorCodes name (its defaultValidErrorCodes, IgnoreErrorCodesHelper.cpp; the
+# numbers from dcgmlib/dcgm_errors.h of NVIDIA/DCGM).
+DCGM_IGNORABLE = {40: "DCGM_FR_THERMAL_VIOLATIONS", 41: "DCGM_FR_THERMAL_VIOLATIONS_TS",
+                  80: "DCGM_FR_ROW_REMAP_FAILURE", 81: "DCGM_FR_UNCONTAINED_ERROR", 85: "DCGM_FR_PENDING_ROW_REMAP",
+                  101: "DCGM_FR_XID_ERROR"}
+# The checks whose collector is dcgmi diag, one per diag level.
+DCGM_DIAG_CHECKS = tuple(f"dcgm.diag_r{level}" for level in (1, 2, 3, 4))
 
 
 @dataclass(frozen=True)
@@ -46,6 +68,7 @@ class Waiver:
     gpus: Optional[frozenset[int]] = None
     file: str = ""
     line: Optional[int] = None
+    dcgm_error_codes: Optional[frozenset[int]] = None
 
     @property
     def where(self) -> str:
@@ -58,14 +81,16 @@ class Waiver:
         """Plain data for the run's header (a resumed or rebuilt run applies the same waivers)."""
         return {"check": self.check, "nodes": sorted(self.nodes), "until": self.until.isoformat(), "owner": self.owner,
                 "reason": self.reason, "gpus": sorted(self.gpus) if self.gpus is not None else None,
-                "file": self.file, "line": self.line}
+                "file": self.file, "line": self.line,
+                "dcgm_error_codes": sorted(self.dcgm_error_codes) if self.dcgm_error_codes is not None else None}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Waiver:
         gpus = data.get("gpus")
+        codes = data.get("dcgm_error_codes")
         return cls(str(data["check"]), frozenset(data["nodes"]), dt.date.fromisoformat(data["until"]),
                    str(data["owner"]), str(data["reason"]), frozenset(gpus) if gpus is not None else None,
-                   str(data.get("file", "")), data.get("line"))
+                   str(data.get("file", "")), data.get("line"), frozenset(codes) if codes is not None else None)
 
     def covers(self, finding: Finding, node: str) -> bool:
         if finding.check != self.check or node not in self.nodes or finding.verdict not in WAIVABLE:
@@ -106,6 +131,22 @@ def _gpus(value: Any, file: str, line: Optional[int]) -> frozenset[int]:
     return frozenset(items)
 
 
+def _dcgm_codes(value: Any, check: str, file: str, line: Optional[int]) -> frozenset[int]:
+    key = "dcgm_error_codes"
+    if check not in DCGM_DIAG_CHECKS:
+        raise ConfigError(f"only a waiver of a dcgm.diag_rN check can name DCGM error codes (this one waives {check})",
+                          file, line, key)
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+        raise ConfigError(f"must be a DCGM error code or a list of them, got {value!r}", file, line, key)
+    unknown = sorted(set(items) - set(DCGM_IGNORABLE))
+    if unknown:
+        allowed = ", ".join(f"{code} ({name})" for code, name in sorted(DCGM_IGNORABLE.items()))
+        raise ConfigError(f"DCGM cannot be told to ignore {', '.join(map(str, unknown))}: dcgmi diag "
+                          f"--ignoreErrorCodes accepts only {allowed}", file, line, key)
+    return frozenset(items)
+
+
 def parse_waivers(data: Any, file: str, known_checks: Optional[Iterable[str]] = None) -> list[Waiver]:
     """The waivers of a loaded waivers file, expired ones included (:func:`expired` names them). Raises
     ConfigError (file, line, key) for a malformed entry or a check not in ``known_checks`` (when given)."""
@@ -136,7 +177,9 @@ def parse_waivers(data: Any, file: str, known_checks: Optional[Iterable[str]] = 
         until = _date(entry["until"], file, line_of(entry, "until"))
         waiver = Waiver(check, _nodes(entry["nodes"], file, line_of(entry, "nodes")), until, entry["owner"].strip(),
                         entry["reason"].strip(),
-                        _gpus(entry["gpus"], file, line_of(entry, "gpus")) if "gpus" in entry else None, file, line)
+                        _gpus(entry["gpus"], file, line_of(entry, "gpus")) if "gpus" in entry else None, file, line,
+                        _dcgm_codes(entry["dcgm_error_codes"], check, file, line_of(entry, "dcgm_error_codes"))
+                        if "dcgm_error_codes" in entry else None)
         out.append(waiver)
     return out
 
@@ -155,6 +198,33 @@ def load_waivers(path: Union[str, Path], known_checks: Optional[Iterable[str]] =
 
 def today_utc() -> dt.date:
     return dt.datetime.now(dt.timezone.utc).date()
+
+
+def dcgm_ignore_error_codes(waivers: Sequence[Waiver], node: str, today: dt.date,
+                            gpu_count: Optional[int] = None) -> str:
+    """The ``--ignoreErrorCodes`` value for ``node``'s dcgmi diag from the active waivers that name DCGM error
+    codes; "" when none does. Codes of a waiver without ``gpus`` hold on every GPU: alone they are DCGM's
+    all-GPU form (``40,101``); beside per-GPU ones they are written into each GPU's entry, since DCGM takes an
+    all-GPU entry only on its own. GPUs at or beyond ``gpu_count`` (the profile's, when known) are left out, and so
+    are all-GPU codes beside per-GPU ones when the count is unknown: DCGM rejects the whole run for a GPU it does
+    not test, and a waiver must never widen to GPUs it does not name."""
+    everywhere: set[int] = set()
+    per_gpu: dict[int, set[int]] = {}
+    for waiver in waivers:
+        if not waiver.dcgm_error_codes or node not in waiver.nodes or not waiver.active(today):
+            continue
+        if waiver.gpus is None:
+            everywhere.update(waiver.dcgm_error_codes)
+            continue
+        for gpu in waiver.gpus:
+            if gpu_count is None or gpu < gpu_count:
+                per_gpu.setdefault(gpu, set()).update(waiver.dcgm_error_codes)
+    if not per_gpu:
+        return ",".join(str(code) for code in sorted(everywhere))
+    if everywhere and gpu_count is not None:
+        for gpu in range(gpu_count):
+            per_gpu.setdefault(gpu, set()).update(everywhere)
+    return ";".join(f"gpu{gpu}:{','.join(str(c) for c in sorted(codes))}" for gpu, codes in sorted(per_gpu.items()))
 
 
 def waive(finding: Finding, node: str, waivers: Sequence[Waiver], today: dt.date) -> Finding:

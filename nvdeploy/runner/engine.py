@@ -30,6 +30,8 @@ from nvdeploy.checks.heavy_gate import (
 from nvdeploy.collect.burnin_commands import COLLECTOR_NAMES as BURNIN_COLLECTORS
 from nvdeploy.collect.burnin_commands import burnin_batches, burnin_specs
 from nvdeploy.collect.catalog import COLLECTORS, light_specs, specs_for
+from nvdeploy.collect.datacenter import DCGM_IGNORE_VAR
+from nvdeploy.config import waivers as waiver_rules
 from nvdeploy.config.inventory import Host
 from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.parsers.facts import node_facts
@@ -255,7 +257,8 @@ class NodeRunner:
             reach = Finding("system.reachable", Verdict.PASS, f"connected over {host.connection} in {connected:.2f} s",
                             node=host.name, observed=round(connected, 3), unit="s")
             needed = [c for check_id in self.node_checks for c in CHECKS[check_id].collectors]
-            heavy = [s for s in specs_for(needed, host.vars, heavy=True, profile=profile)
+            heavy = [s for s in specs_for(needed, _heavy_vars(host, profile, self.options.waivers), heavy=True,
+                                          profile=profile)
                      if s.name not in BURNIN_COLLECTORS]
             burn_in: list[CommandSpec] = []
             no_burn_in: dict[str, HeavySkip] = {}
@@ -298,6 +301,17 @@ class NodeRunner:
         return NodeResult(host.name, (reach, *outcome.findings), address=host.address, profile=profile.stamp,
                           connection=host.connection, duration_s=time.monotonic() - started,
                           evidence=tuple(evidence), facts=outcome.facts)
+
+
+def _heavy_vars(host: Host, profile: Any, waivers: Sequence[Any]) -> Any:
+    """The host vars the heavy collectors are built from: the node's own, plus the ``--ignoreErrorCodes`` value of
+    the active waivers that name DCGM error codes for it (today's date, UTC: a lapsed waiver adds nothing)."""
+    if not waivers:
+        return host.vars
+    gpu = getattr(profile, "gpu", None)
+    codes = waiver_rules.dcgm_ignore_error_codes(waivers, host.name, waiver_rules.today_utc(),
+                                                 getattr(gpu, "count", None))
+    return {**host.vars, DCGM_IGNORE_VAR: codes} if codes else host.vars
 
 
 def _capped(specs: Sequence[CommandSpec], remaining: Optional[float]) -> list[CommandSpec]:

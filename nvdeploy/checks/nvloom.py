@@ -26,14 +26,19 @@ _ABSENT = ("command not found", "No such file or directory", "was unable to find
 
 
 @dataclass(frozen=True)
-class NvloomVerdict:
+class DomainVerdict:
+    """One domain-wide tool run's verdict (nvloom.domain, dcgm.mndiag) and the GPUs it names."""
+
     verdict: Verdict
     summary: str
-    # (host, CUDA device) of each GPU named, with its figure (None: no measurement).
-    suspects: tuple[tuple[str, int, Optional[float]], ...] = ()
+    # (host, GPU, its figure or None, what is wrong with it) of each GPU named.
+    suspects: tuple[tuple[str, int, Optional[float], str], ...] = ()
     reason: Optional[ErrorReason] = None
     remediation: Remediation = Remediation.NONE
     observed: Optional[float] = None
+
+
+NvloomVerdict = DomainVerdict
 
 
 def tool_absent(run: NvloomRun, exit_code: Optional[int], text: str) -> bool:
@@ -60,7 +65,7 @@ def judge_nvloom(run: NvloomRun, exit_code: Optional[int], expected_ranks: int, 
                  floor_pct: float = RELATIVE_FLOOR_PCT) -> NvloomVerdict:
     """The verdict of one run over ``where`` (the domain's name) that asked for ``expected_ranks`` ranks."""
     processes = {p.rank: p for p in run.processes}
-    suspects: list[tuple[str, int, Optional[float]]] = []
+    suspects: list[tuple[str, int, Optional[float], str]] = []
     bits: list[str] = []
     for testcase in run.testcases:
         if testcase.waived:
@@ -70,8 +75,8 @@ def judge_nvloom(run: NvloomRun, exit_code: Optional[int], expected_ranks: int, 
             if cell.value is None:
                 if cell.row != cell.column:  # a GPU against itself is N/A in a square matrix
                     host, dev = _gpu(processes, cell.row)
-                    if (host, dev, None) not in suspects:
-                        suspects.append((host, dev, None))
+                    if (host, dev, None, "no measurement") not in suspects:
+                        suspects.append((host, dev, None, "no measurement"))
                         bits.append(f"{_name(host, dev)}: no measurement in {testcase.name}")
                 continue
             rows.setdefault(cell.row, []).append(cell.value)
@@ -82,7 +87,7 @@ def judge_nvloom(run: NvloomRun, exit_code: Optional[int], expected_ranks: int, 
         for row, figure in figures.items():
             if figure < median * floor_pct / 100:
                 host, dev = _gpu(processes, row)
-                suspects.append((host, dev, figure))
+                suspects.append((host, dev, figure, f"{figure:.2f} GB/s, below its peers"))
                 bits.append(f"{_name(host, dev)}: {figure:.2f} {testcase.unit or 'GB/s'} in {testcase.name} "
                             f"(median {median:.2f}, floor {floor_pct:g}%)")
     if run.errors:

@@ -136,4 +136,18 @@ CLUSTER_CHECKS: dict[str, str] = {
 
         Sources: github.com/NVIDIA/nvloom README (bisect testcase, one process per GPU) and its output format
         strings (cli/util.cpp, cli/util.h, cli/nvloom_cli.cpp); no public capture of a real run was found."""),
+    "dcgm.mndiag": inspect.cleandoc("""DCGM's multi-node diagnostic (``dcgmi mndiag``, DCGM 4.3+, mnubergemm on
+        GB200/GB300 NVL) across each multi-node NVLink domain, on profiles with ``nvlink_domain``; nothing elsewhere.
+        The domains are nccl.domain's; per domain one ``dcgmi mndiag --hostList '<tray>;<tray>;...' --json`` on its
+        first healthy tray (the head node), ``--parameters`` from the host var ``mndiag_parameters``, timeout
+        ``mndiag_timeout`` (900 s) and the global ``--deadline``; domains in parallel. PASS: every test Pass and
+        every GPU's result Pass, every host asked in the result. FAIL on the tray and GPU DCGM reports Fail, with
+        its message (ISOLATE); Warn is WARN; a run DCGM could not complete (runtime_error, an MPI error), Skip/Not
+        Run or hosts missing is ERROR. dcgmi or its mndiag absent (exit 127, a DCGM before 4.3): ERROR not_run on
+        the domain's trays saying how to get it, never PASS.
+        Remediation: drain the named tray, run dcgmi diag -r 3 on it and check its NVLink cabling.
+
+        Sources: DCGM's multi-node diagnostics documentation (dcgmi mndiag, --hostList, DCGM 4.3+, GB200/GB300
+        NVL) and the JSON layout of dcgmi/MnDiag.cpp (NVIDIA/DCGM 4.6.0); no public capture of a real run was
+        found."""),
 }

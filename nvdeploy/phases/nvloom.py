@@ -15,7 +15,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import time
 from dataclasses import replace
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from nvdeploy.checks.nvloom import GET_IT, NvloomVerdict, judge_nvloom, tool_absent
 from nvdeploy.config.hostrange import fold
@@ -33,6 +33,7 @@ from nvdeploy.transport.base import CommandSpec, TransportError
 CHECK_ID = "nvloom.domain"
 DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_TESTCASES = ("bisect_device_to_device_write_sm",)
+DOMAIN_TOOL_CHECKS = frozenset({CHECK_ID, "dcgm.mndiag"})
 
 
 def nvloom_argv(group: Sequence[Host], ranks_per_node: int, launcher: Host, timeout_s: float) -> tuple[str, ...]:
@@ -91,60 +92,74 @@ def _run_one(domain: Domain, index: int, hosts: Sequence[Host], catalog: Profile
     return judge_nvloom(run, result.rc, ranks * len(group), domain.name), evidence
 
 
+RunOne = Callable[[Domain, int, Sequence[Host], ProfileCatalog, EngineOptions, RunRecorder, Optional[float]],
+                  tuple[NvloomVerdict, Optional[str]]]
+
+
 def run_nvloom(nodes: Sequence[NodeResult], hosts: Sequence[Host], catalog: ProfileCatalog, options: EngineOptions,
                recorder: RunRecorder, deadline_at: Optional[float] = None
                ) -> tuple[list[NodeResult], list[Finding]]:
     """Run nvloom.domain; the nodes with their new findings and the cluster findings (none without a profile
     with an NVLink domain)."""
+    return run_per_domain(CHECK_ID, "nvloom_cli", _run_one, nodes, hosts, catalog, options, recorder, deadline_at)
+
+
+def run_per_domain(check_id: str, tool: str, run_one: RunOne, nodes: Sequence[NodeResult], hosts: Sequence[Host],
+                   catalog: ProfileCatalog, options: EngineOptions, recorder: RunRecorder,
+                   deadline_at: Optional[float] = None) -> tuple[list[NodeResult], list[Finding]]:
+    """One ``run_one`` per NVLink domain of two trays or more (in parallel), its verdict on the domain and on
+    each of its trays: the GPUs it names FAIL on their tray, the others PASS; a FAIL that names no GPU is ERROR
+    (not localised) on every tray, an ERROR is that ERROR on every tray (a tool absent: not_run)."""
     if not any(h.profile and catalog.get(h.profile).nvlink_domain is not None for h in hosts):
         return list(nodes), []
-    domains = [d for d in group_domains(nodes, hosts, catalog)]
+    # One domain-wide tool's verdict (nvloom absent: ERROR on every tray) keeps no tray out of the other's run.
+    view = [replace(n, findings=tuple(f for f in n.findings if f.check not in DOMAIN_TOOL_CHECKS)) for n in nodes]
+    domains = group_domains(view, hosts, catalog)
     if not domains:
-        why = ("no tray carries fabric facts: run nvloom.domain with nvlink.fabric (both are in level full)"
+        why = (f"no tray carries fabric facts: run {check_id} with nvlink.fabric (both are in level full)"
                if not any(FABRIC_FACT in n.facts for n in nodes) else "no tray registered with the fabric")
-        return list(nodes), [Finding(CHECK_ID, Verdict.SKIP, f"no NVLink domain to run: {why}")]
+        return list(nodes), [Finding(check_id, Verdict.SKIP, f"no NVLink domain to run: {why}")]
     runnable = [(i, d) for i, d in enumerate(domains) if len(d.trays) >= 2]
     with cf.ThreadPoolExecutor(max_workers=max(1, min(len(runnable) or 1, options.forks))) as pool:
         verdicts = dict(zip([i for i, _ in runnable], pool.map(
-            lambda pair: _run_one(pair[1], pair[0], hosts, catalog, options, recorder, deadline_at), runnable)))
+            lambda pair: run_one(pair[1], pair[0], hosts, catalog, options, recorder, deadline_at), runnable)))
     profile_of = {h.name: catalog.get(h.profile or "") for h in hosts}
     cluster: list[Finding] = []
     extra: dict[str, list[Finding]] = {}
     for index, domain in enumerate(domains):
         stamp = profile_of[(domain.trays + domain.left_out)[0]].stamp
         if index not in verdicts:
-            cluster.append(Finding(CHECK_ID, Verdict.SKIP, f"{domain.name}: {len(domain.trays)} healthy tray(s), "
+            cluster.append(Finding(check_id, Verdict.SKIP, f"{domain.name}: {len(domain.trays)} healthy tray(s), "
                                    "no multi-node NVLink run", profile=stamp))
             continue
         verdict, evidence = verdicts[index]
         said = f" [{fold(domain.left_out)} left out (failed their own checks)]" if domain.left_out else ""
-        cluster.append(Finding(CHECK_ID, verdict.verdict, verdict.summary + said, observed=verdict.observed,
+        cluster.append(Finding(check_id, verdict.verdict, verdict.summary + said, observed=verdict.observed,
                                unit="GB/s" if verdict.observed is not None else "", reason=verdict.reason,
                                remediation=verdict.remediation, evidence=evidence, profile=stamp))
-        named: dict[str, list[tuple[int, Optional[float]]]] = {}
-        for host, device, figure in verdict.suspects:
+        named: dict[str, list[tuple[int, Optional[float], str]]] = {}
+        for host, device, figure, what in verdict.suspects:
             tray = next((h.name for h in hosts if host in (h.name, h.address) or host.split(".")[0] == h.name),
                         host)
-            named.setdefault(tray, []).append((device, figure))
+            named.setdefault(tray, []).append((device, figure, what))
         for tray in domain.trays:
             if tray in named:
-                for device, figure in named[tray]:
-                    what = f"{figure:.2f} GB/s, below its peers" if figure is not None else "no measurement"
+                for device, figure, what in named[tray]:
                     extra.setdefault(tray, []).append(Finding(
-                        CHECK_ID, Verdict.FAIL, f"{domain.name}: nvloom_cli: GPU {device}: {what}: "
+                        check_id, Verdict.FAIL, f"{domain.name}: {tool}: GPU {device}: {what}: "
                         "check this tray's NVLink cabling/cartridges and the switch trays, then reset the tray",
                         node=tray, gpu=device if device >= 0 else None, observed=figure, unit="GB/s",
                         remediation=Remediation.ISOLATE, evidence=evidence, profile=stamp))
             elif verdict.verdict is Verdict.FAIL and not verdict.suspects:
                 extra.setdefault(tray, []).append(Finding(
-                    CHECK_ID, Verdict.ERROR, f"{domain.name}: nvloom_cli failed with this tray taking part, not "
+                    check_id, Verdict.ERROR, f"{domain.name}: {tool} failed with this tray taking part, not "
                     f"localised to a tray ({verdict.summary[:200]})", node=tray, reason=ErrorReason.INCOMPLETE,
                     remediation=Remediation.INVESTIGATE, evidence=evidence, profile=stamp))
             else:
                 plain = Verdict.PASS if verdict.verdict is Verdict.FAIL else verdict.verdict
                 extra.setdefault(tray, []).append(Finding(
-                    CHECK_ID, plain, f"{domain.name}: {verdict.summary[:300]}" if plain is not Verdict.PASS
-                    else f"{domain.name}: nvloom_cli: this tray's GPUs on par with their peers", node=tray,
+                    check_id, plain, f"{domain.name}: {verdict.summary[:300]}" if plain is not Verdict.PASS
+                    else f"{domain.name}: {tool}: this tray's GPUs passed", node=tray,
                     reason=verdict.reason if plain is Verdict.ERROR else None,
                     remediation=verdict.remediation if plain is Verdict.ERROR else Remediation.NONE,
                     evidence=evidence, profile=stamp))

@@ -35,6 +35,7 @@ GPU_OPERATOR_PREFIX = "gpu_operator."  # nvdeploy/checks/gpu_operator.py, run by
 IMEX_DOMAIN_CHECK = "imex.domain"  # nvdeploy/checks/imex.py, run by nvdeploy/phases/imex.py
 NCCL_DOMAIN_CHECK = "nccl.domain"  # nvdeploy/checks/registry.py, run by nvdeploy/phases/domain.py
 NVLOOM_DOMAIN_CHECK = "nvloom.domain"  # nvdeploy/checks/registry.py, run by nvdeploy/phases/nvloom.py
+MNDIAG_CHECK = "dcgm.mndiag"  # nvdeploy/checks/registry.py, run by nvdeploy/phases/mndiag.py
 
 
 @dataclass(frozen=True)
@@ -245,11 +246,6 @@ def _cluster_stages(all_hosts: list[Host], catalog: ProfileCatalog, options: Eng
 
         stages.append(_ClusterStage("NVLink domains (nccl-tests over multi-node NVLink)", lambda nodes: run_domains(
             nodes, all_hosts, catalog, options, recorder, deadline_at)))
-    if NVLOOM_DOMAIN_CHECK in options.checks:
-        from nvdeploy.phases.nvloom import run_nvloom
-
-        stages.append(_ClusterStage("NVLink domains (nvloom_cli)", lambda nodes: run_nvloom(
-            nodes, all_hosts, catalog, options, recorder, deadline_at)))
     if GPUDIRECT_CHECK in options.checks:
         from nvdeploy.phases.gpudirect import run_gpudirect
 
@@ -270,6 +266,18 @@ def _cluster_stages(all_hosts: list[Host], catalog: ProfileCatalog, options: Eng
         if any(wanted(h) for h in all_hosts):
             stages.append(_ClusterStage("Kubernetes GPU Operator (kubectl)", lambda nodes: run_gpu_operator(
                 nodes, all_hosts, catalog, recorder, options.checks, deadline_at)))
+    # Last: their verdicts (an ERROR not_run where a tool is absent, as on most trays) must not keep a tray out
+    # of the stages above, which run only over trays without an ERROR.
+    if NVLOOM_DOMAIN_CHECK in options.checks:
+        from nvdeploy.phases.nvloom import run_nvloom
+
+        stages.append(_ClusterStage("NVLink domains (nvloom_cli)", lambda nodes: run_nvloom(
+            nodes, all_hosts, catalog, options, recorder, deadline_at)))
+    if MNDIAG_CHECK in options.checks:
+        from nvdeploy.phases.mndiag import run_mndiag
+
+        stages.append(_ClusterStage("NVLink domains (dcgmi mndiag)", lambda nodes: run_mndiag(
+            nodes, all_hosts, catalog, options, recorder, deadline_at)))
     return stages
 
 

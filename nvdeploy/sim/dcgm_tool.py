@@ -110,6 +110,10 @@ def dcgmi(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
         return ToolOutput(f"dcgmi  version: {DCGM_VERSION}\n\n".encode())
     if not args:
         return ToolOutput(b"", b"dcgmi: missing command (discovery, diag, ...)\n", 255)
+    if args[0] == "mndiag":
+        from nvdeploy.sim.mndiag_tool import mndiag
+
+        return mndiag(scenario, args[1:])
     if args[0] not in ("discovery", "diag", "health"):
         return ToolOutput(b"", f"dcgmi: unsupported subcommand {args[0]!r} in the simulator\n".encode(), 255)
     if args[0] == "diag" and scenario.has("dcgm_hang"):

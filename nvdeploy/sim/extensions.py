@@ -21,6 +21,9 @@ from nvdeploy.sim import mpi_tool  # noqa: E402,F401  isort: skip
 # nvloom_cli on NVLink domain trays, launched by that mpirun (absent unless the fault nvloom).
 from nvdeploy.sim import nvloom_tool  # noqa: E402,F401  isort: skip
 
+# dcgmi mndiag on NVLink domain trays (absent unless the fault mndiag).
+from nvdeploy.sim import mndiag_tool  # noqa: E402,F401  isort: skip
+
 # The GPU stack around the driver: CUDA toolkits (find), MPS control.
 from nvdeploy.sim import stack_tools  # noqa: E402,F401  isort: skip
 

@@ -95,6 +95,10 @@ def _stages_s(hosts: Sequence[Any], checks: Sequence[str], pattern: str, catalog
 
         # One nvloom_cli run per domain, the domains in parallel.
         total += float(first.get("nvloom_timeout", NVLOOM_S)) + MPIRUN_GRACE_S
+    if "dcgm.mndiag" in checks and _has_nvlink_domain(hosts, catalog):
+        from nvdeploy.phases.mndiag import DEFAULT_TIMEOUT_S as MNDIAG_S
+
+        total += float(first.get("mndiag_timeout", MNDIAG_S)) + MPIRUN_GRACE_S
     if "rdma.gpudirect" in checks:
         from nvdeploy.phases.gpudirect import DEFAULT_TIMEOUT_S as RDMA_S
         from nvdeploy.phases.gpudirect import SERVER_EXTRA_S

@@ -127,8 +127,9 @@ def test_full_level_replaces_dcgm_r2_by_r3():
 def test_healthy_nodes_of_every_profile_pass_the_full_level(tmp_path, profile):
     # A tray of an NVL72 rack passes only with its rack: a whole NVLink domain of trays (nvlink.domain).
     domain = CATALOG.get(profile).nvlink_domain
-    # nvloom_cli is absent from a simulated tray unless the fault nvloom puts it there (absent: ERROR not_run).
-    hosts = {f"n{i}": (["nvloom"] if domain else []) for i in range(1, 1 + (domain.trays if domain else 2))}
+    # nvloom_cli and dcgmi mndiag are absent from a simulated tray unless the faults nvloom and mndiag put them
+    # there (absent: ERROR not_run).
+    hosts = {f"n{i}": (["nvloom", "mndiag"] if domain else []) for i in range(1, 1 + (domain.trays if domain else 2))}
     outcome = run(tmp_path, hosts, level="full", profile=profile)
     assert outcome.run.verdict is ClusterVerdict.READY, [
         (f.node, f.check, f.summary) for n in outcome.run.nodes for f in n.findings if f.verdict is not Verdict.PASS

@@ -17,32 +17,32 @@ from nvdeploy.runner.engine import EngineOptions
 
 CATALOG = ProfileCatalog()
 ROOT = Path(__file__).resolve().parents[2]
-CHECKS = ("nvlink.fabric", "nvlink.domain", "nvloom.domain")
+CHECKS = ("nvlink.fabric", "nvlink.domain", "nvloom.domain", "dcgm.mndiag")
 
 
-def _run(base: Path, present: bool, slow: bool):
+def _run(base: Path, present: bool, slow: bool, tool: str = "nvloom", fault: str = "mnnvl_slow"):
     text = (ROOT / "inventories" / "gb200-2rack.yaml").read_text()
     if present:
         # Every tray has the tool: the group's faults, and the hosts' own lists (which replace the group's).
-        text = text.replace("sim_faults: [", "sim_faults: [nvloom, ")
+        text = text.replace("sim_faults: [", f"sim_faults: [{tool}, ")
         for rack in ("rack1", "rack2"):
             old = f"vars: {{rack: {rack}}}"
             assert old in text
-            text = text.replace(old, f"vars: {{rack: {rack}, sim_faults: [nvloom]}}")
+            text = text.replace(old, f"vars: {{rack: {rack}, sim_faults: [{tool}]}}")
     if slow:
-        old = "          sim_faults: [nvloom, fabric_unhealthy]"
+        old = f"          sim_faults: [{tool}, fabric_unhealthy]"
         assert old in text
-        text = text.replace(old, old + "\n        tray10:\n          sim_faults: [nvloom, mnnvl_slow]")
+        text = text.replace(old, old + f"\n        tray10:\n          sim_faults: [{tool}, {fault}]")
     inventory = base / "gb200-2rack.yaml"
     inventory.write_text(text)
-    assert "nvloom.domain" in load_levels()["full"]
+    assert "nvloom.domain" in load_levels()["full"] and "dcgm.mndiag" in load_levels()["full"]
     return run_validate(load_inventory(inventory, CATALOG), CATALOG, EngineOptions(checks=CHECKS),
                         base / "reports", level="full")
 
 
-def mine(outcome):
-    return ([f for f in outcome.run.cluster_findings if f.check == "nvloom.domain"],
-            {n.name: [f for f in n.findings if f.check == "nvloom.domain"] for n in outcome.run.nodes})
+def mine(outcome, check="nvloom.domain"):
+    return ([f for f in outcome.run.cluster_findings if f.check == check],
+            {n.name: [f for f in n.findings if f.check == check] for n in outcome.run.nodes})
 
 
 @pytest.mark.parametrize("present,slow", [(False, False), (True, False), (True, True)])
@@ -72,4 +72,31 @@ def test_nvloom_domain(tmp_path, present, slow):
     failed = sorted((name, f.gpu) for name in in_domains for f in nodes[name] if f.verdict is not Verdict.PASS)
     assert failed == [("tray10", 0), ("tray10", 1), ("tray10", 2), ("tray10", 3)]
     assert all(f.remediation is Remediation.ISOLATE for f in nodes["tray10"])
+    assert next(f for f in ran if "rack2" in f.summary).verdict is Verdict.PASS
+
+
+@pytest.mark.parametrize("present,fail", [(False, False), (True, False), (True, True)])
+def test_dcgm_mndiag(tmp_path, present, fail):
+    outcome = _run(tmp_path, present, fail, tool="mndiag", fault="mndiag_fail")
+    cluster, nodes = mine(outcome, "dcgm.mndiag")
+    ran = [f for f in cluster if f.verdict is not Verdict.SKIP]
+    assert len(ran) == 2
+    in_domains = [name for name, found in nodes.items() if found]
+    assert "tray04" in in_domains and "tray22" in in_domains and "tray01" not in in_domains
+    if not present:
+        assert all(f.verdict is Verdict.ERROR and f.reason is ErrorReason.NOT_RUN and "DCGM 4.3" in f.summary
+                   for f in ran), [f.summary for f in ran]
+        assert all(nodes[n][0].verdict is Verdict.ERROR and nodes[n][0].reason is ErrorReason.NOT_RUN
+                   for n in in_domains)
+        # nvloom is absent too: both say not_run, neither PASSes.
+        assert all(f.verdict is Verdict.ERROR for f in mine(outcome)[0] if f.verdict is not Verdict.SKIP)
+        return
+    if not fail:
+        assert all(f.verdict is Verdict.PASS for f in ran), [f.summary for f in ran]
+        assert all(f.verdict is Verdict.PASS for n in in_domains for f in nodes[n])
+        return
+    rack1 = next(f for f in ran if "rack1" in f.summary)
+    assert rack1.verdict is Verdict.FAIL and "GPU 1: GPU 1 reported an uncorrectable error" in rack1.summary
+    failed = sorted((n, f.gpu) for n in in_domains for f in nodes[n] if f.verdict is not Verdict.PASS)
+    assert failed == [("tray10", 1)]
     assert next(f for f in ran if "rack2" in f.summary).verdict is Verdict.PASS

@@ -48,7 +48,8 @@ def test_slow_gpu_and_missing_measurement_named():
     run = parse_nvloom(HEADER + bisect(["750.10", "420.00", "N/A", "749.90"]))
     verdict = judge_nvloom(run, 0, 4, "rack rack1")
     assert verdict.verdict is Verdict.FAIL and verdict.remediation is Remediation.ISOLATE
-    assert set(verdict.suspects) == {("tray01.example", 1, 420.0), ("tray02.example", 0, None)}
+    assert set(verdict.suspects) == {("tray01.example", 1, 420.0, "420.00 GB/s, below its peers"),
+                                     ("tray02.example", 0, None, "no measurement")}
     assert "tray01.example GPU 1: 420.00 GB/s" in verdict.summary
 
 

@@ -138,22 +138,32 @@ def run_per_domain(check_id: str, tool: str, run_one: RunOne, nodes: Sequence[No
                                unit="GB/s" if verdict.observed is not None else "", reason=verdict.reason,
                                remediation=verdict.remediation, evidence=evidence, profile=stamp))
         named: dict[str, list[tuple[int, Optional[float], str]]] = {}
+        unplaced: list[str] = []
         for host, device, figure, what in verdict.suspects:
-            tray = next((h.name for h in hosts if host in (h.name, h.address) or host.split(".")[0] == h.name),
-                        host)
-            named.setdefault(tray, []).append((device, figure, what))
+            # The tool names the host as the node calls itself: the inventory name, its address or a short name.
+            tray = next((h.name for h in [h for h in hosts if h.name in domain.trays] if host in (h.name, h.address)
+                         or host.split(".")[0] == h.name), None)
+            if tray is None:
+                unplaced.append(host)
+            else:
+                named.setdefault(tray, []).append((device, figure, what))
+        # The others PASS only when the failure is localised to GPUs placed on trays: a run the tool stopped, or
+        # one naming a host the inventory does not know, leaves them not localised (never PASS).
+        localised = verdict.remediation is Remediation.ISOLATE and not unplaced
         for tray in domain.trays:
             if tray in named:
                 for device, figure, what in named[tray]:
                     extra.setdefault(tray, []).append(Finding(
                         check_id, Verdict.FAIL, f"{domain.name}: {tool}: GPU {device}: {what}: "
                         "check this tray's NVLink cabling/cartridges and the switch trays, then reset the tray",
-                        node=tray, gpu=device if device >= 0 else None, observed=figure, unit="GB/s",
+                        node=tray, gpu=device if device >= 0 else None, observed=figure,
+                        unit="GB/s" if figure is not None else "",
                         remediation=Remediation.ISOLATE, evidence=evidence, profile=stamp))
-            elif verdict.verdict is Verdict.FAIL and not verdict.suspects:
+            elif verdict.verdict is Verdict.FAIL and not localised:
+                said = f"; it names {', '.join(sorted(set(unplaced)))[:200]}, not in the inventory" if unplaced else ""
                 extra.setdefault(tray, []).append(Finding(
                     check_id, Verdict.ERROR, f"{domain.name}: {tool} failed with this tray taking part, not "
-                    f"localised to a tray ({verdict.summary[:200]})", node=tray, reason=ErrorReason.INCOMPLETE,
+                    f"localised to a tray{said} ({verdict.summary[:200]})", node=tray, reason=ErrorReason.INCOMPLETE,
                     remediation=Remediation.INVESTIGATE, evidence=evidence, profile=stamp))
             else:
                 plain = Verdict.PASS if verdict.verdict is Verdict.FAIL else verdict.verdict

@@ -100,3 +100,14 @@ def test_dcgm_mndiag(tmp_path, present, fail):
     failed = sorted((n, f.gpu) for n in in_domains for f in nodes[n] if f.verdict is not Verdict.PASS)
     assert failed == [("tray10", 1)]
     assert next(f for f in ran if "rack2" in f.summary).verdict is Verdict.PASS
+
+
+def test_nvloom_stopped_is_not_localised_and_never_pass(tmp_path):
+    # nvloom_fail on tray10: nvloom stops on its testcase; the domain FAILs naming it and no tray of it PASSes.
+    cluster, nodes = mine(_run(tmp_path, True, True, fault="nvloom_fail"))
+    rack1 = next(f for f in cluster if "rack1" in f.summary)
+    assert rack1.verdict is Verdict.FAIL and "CUDA_ERROR_ILLEGAL_ADDRESS" in rack1.summary
+    rack1_trays = [f"tray{i:02d}" for i in range(4, 19)]
+    assert all(nodes[t][0].verdict is Verdict.ERROR and nodes[t][0].reason is ErrorReason.INCOMPLETE
+               for t in rack1_trays)
+    assert next(f for f in cluster if "rack2" in f.summary and f.verdict is not Verdict.SKIP).verdict is Verdict.PASS

@@ -111,3 +111,33 @@ def test_nvloom_stopped_is_not_localised_and_never_pass(tmp_path):
     assert all(nodes[t][0].verdict is Verdict.ERROR and nodes[t][0].reason is ErrorReason.INCOMPLETE
                for t in rack1_trays)
     assert next(f for f in cluster if "rack2" in f.summary and f.verdict is not Verdict.SKIP).verdict is Verdict.PASS
+
+
+@pytest.mark.parametrize("check", ["nvloom.domain", "dcgm.mndiag"])
+def test_no_run_starts_after_the_deadline_and_none_passes(tmp_path, check):
+    import time
+
+    from nvdeploy.phases.mndiag import run_mndiag
+    from nvdeploy.phases.nvloom import run_nvloom
+    from nvdeploy.runner.record import RunRecorder
+
+    inventory = tmp_path / "gb200.yaml"
+    inventory.write_text("""all:
+  vars: {cluster: gb200-small, connection: sim, profile: gb200-nvl72, driver_version: "580.173.02",
+         sim_faults: [nvloom, mndiag]}
+  children:
+    rack1: {vars: {rack: rack1}, hosts: {"t[1:3]": {}}}
+""")
+    hosts = load_inventory(inventory, CATALOG)
+    options = EngineOptions(checks=("nvlink.fabric",))
+    fabric = run_validate(hosts, CATALOG, options, tmp_path / "fabric", level="quick")
+    stage = run_nvloom if check == "nvloom.domain" else run_mndiag
+    nodes, cluster = stage(list(fabric.run.nodes), list(hosts.hosts), CATALOG, options,
+                           RunRecorder(tmp_path / "late"), deadline_at=time.monotonic() - 1)
+    assert [(f.verdict, f.reason) for f in cluster] == [(Verdict.ERROR, ErrorReason.NOT_RUN)]
+    assert "--deadline" in cluster[0].summary
+    found = [(n.name, f.verdict, f.reason) for n in nodes for f in n.findings if f.check == check]
+    assert found == [(f"t{i}", Verdict.ERROR, ErrorReason.NOT_RUN) for i in (1, 2, 3)]
+    # On time, the same three trays PASS.
+    nodes, cluster = stage(list(fabric.run.nodes), list(hosts.hosts), CATALOG, options, RunRecorder(tmp_path / "on"))
+    assert [f.verdict for f in cluster] == [Verdict.PASS], [f.summary for f in cluster]

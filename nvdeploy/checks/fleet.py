@@ -86,6 +86,11 @@ FIGURES = (
            "nvbandwidth.copies", hint=_HOST_COPY_HINT),
     Figure("nvbandwidth_d2h_gbps", "nvbandwidth_d2h_gbps", "nvbandwidth device-to-host copy bandwidth", "GB/s", True,
            "nvbandwidth.copies", hint=_HOST_COPY_HINT),
+    # Set by the multi-node stage (phases/multinode.py), which runs before this check, with --nccl-pattern pairwise.
+    Figure("nccl_pair_busbw", "nccl_pair_busbw_gbps", "two-node nccl-tests all_reduce busbw (pairwise, the node's "
+           "best pair)", "GB/s", False, "nccl.multinode with --nccl-pattern pairwise",
+           hint="check the node's InfiniBand ports, cables, HCA firmware and switch ports (ibstat, ib.*), then re-test "
+           "it with another node"),
 )
 
 

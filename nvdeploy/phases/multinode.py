@@ -14,6 +14,7 @@ finish is ERROR (not localised), never a guess.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import statistics
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -195,6 +196,14 @@ def _cluster_finding(run: GroupRun, profile_stamp: str) -> Finding:
                    profile=profile_stamp)
 
 
+# The node's pairwise figure for fleet.performance (checks/fleet.py): the best busbw of the two-node runs it took part
+# in. A synchronous pair goes at its slower member's pace, so a pair below its peers re-tests each member with a
+# node of the best pair (one more run per member): the straggler stays low, its partner gets a good figure, and the
+# fleet rule names the straggler alone.
+PAIR_FACT = "nccl_pair_busbw_gbps"
+PEER_RETEST_PCT = 3.5  # below the pairs' median by this much (fleet.performance's default warn_pct): re-tested
+
+
 def run_multinode(nodes: Sequence[NodeResult], hosts: Sequence[Host], catalog: ProfileCatalog,
                   options: EngineOptions, recorder: RunRecorder, pattern: str = "bisect",
                   deadline_at: Optional[float] = None) -> tuple[list[NodeResult], list[Finding]]:
@@ -276,6 +285,11 @@ def run_multinode(nodes: Sequence[NodeResult], hosts: Sequence[Host], catalog: P
                                      f"{best.busbw:g} GB/s" if best.busbw is not None else "multi-node all_reduce ok",
                                      node=node.name, observed=best.busbw, unit="GB/s", evidence=best.evidence,
                                      profile=profile.stamp))
+        if pattern == "pairwise" and node.name in healthy:
+            figures = [r.busbw for r in runner.runs if len(r.nodes) == 2 and node.name in r.nodes
+                       and r.busbw is not None]
+            if figures:
+                node = replace(node, facts={**node.facts, PAIR_FACT: max(figures)})
         updated.append(node.with_findings(extra) if extra else node)
     return updated, cluster
 
@@ -331,6 +345,25 @@ def _pairwise(runner: MultiNodeRunner, nodes: list[str]) -> tuple[list[str], lis
                 suspects.append(node)
             else:
                 inconclusive.append(node)
+    _retest_low_pairs(runner, results)
     # A node whose own pair never started but that passed with another (the odd node's second round) is good.
     return suspects, inconclusive, [n for n in not_started if n not in good]
+
+
+def _retest_low_pairs(runner: MultiNodeRunner, results: Mapping[tuple[str, str], GroupRun]) -> None:
+    """Each member of a pair that met the floor but is ``PEER_RETEST_PCT`` below the median of the pairs runs once
+    more with a node of the best pair (see :data:`PAIR_FACT`); re-tests change no verdict of the stage."""
+    measured = {pair: run.busbw for pair, run in results.items() if run.ok and run.busbw is not None}
+    if len(measured) < 2:
+        return
+    median = statistics.median(measured.values())
+    best = max(measured, key=lambda pair: measured[pair] or 0.0)
+    for pair, value in measured.items():
+        if value is None or value >= median * (1 - PEER_RETEST_PCT / 100.0):
+            continue
+        reference = next((n for n in best if n not in pair), None)
+        if reference is None:
+            continue
+        for node in pair:
+            runner.run_group([node, reference])
 

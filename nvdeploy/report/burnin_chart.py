@@ -55,9 +55,16 @@ class BurninChart:
 
 
 def _range(values: Sequence[float]) -> tuple[float, float, list[float]]:
+    """(low, high, ticks) of a panel: whole tick steps that cover every value (nice_ticks' own ticks may stop short
+    of the ends, and a line must never leave its panel)."""
     low, high = min(values), max(values)
     pad = (high - low) * 0.08 or max(abs(high) * 0.05, 1.0)
     ticks = nice_ticks(low - pad, high + pad, 4)
+    step = ticks[1] - ticks[0] if len(ticks) > 1 else max(abs(high) * 0.1, 1.0)
+    while ticks[0] > low:
+        ticks.insert(0, round(ticks[0] - step, 6))
+    while ticks[-1] < high:
+        ticks.append(round(ticks[-1] + step, 6))
     return ticks[0], ticks[-1], ticks
 
 

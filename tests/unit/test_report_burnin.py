@@ -89,3 +89,17 @@ def test_series_downsampled_keeps_the_dip_and_escapes_nothing_unsafe():
     assert {row[1] for row in series["1"]} == {None}
     assert json.loads(json.dumps(series)) == series
     assert burnin_series(None) == {}
+
+
+def test_every_line_stays_inside_its_panel():
+    from nvdeploy.report.burnin_chart import node_chart
+    from nvdeploy.results import NodeResult
+
+    # Temperatures 55-90 C: a tick range that nice_ticks alone would end at 80.
+    rows = [[float(t), 1980.0 - (t > 120) * (t - 120) * 1.9, 55.0 + (t > 120) * 35.0] for t in range(0, 301, 2)]
+    chart = node_chart(NodeResult("hot", (), facts={"burnin_series": {"0": rows, "1": [[0.0, 1980.0, 56.0]]}}))
+    assert chart is not None and len(chart.lines) == 2
+    for line in chart.lines:
+        for points, panel in ((line.clock, chart.clock), (line.temp, chart.temp)):
+            ys = [float(p.split(",")[1]) for p in points.split()]
+            assert all(panel.top - 0.01 <= y <= panel.bottom + 0.01 for y in ys), (panel, min(ys), max(ys))

@@ -235,3 +235,32 @@ def test_a_b300_node_with_slow_host_copies_is_named_on_the_nvbandwidth_figures(t
     summary = next(f.summary for f in fleet_findings(outcome)["b3"] if f.summary.startswith("GPU0: nvbandwidth h"))
     assert "below the median of 8 b300-8x" in summary and "pcie.link" in summary, summary
     assert {n for n, found in fleet_findings(outcome).items() if found} == {"b3"}
+
+
+def test_a_node_with_slow_storage_is_named_per_path_and_the_floor_alone_passes_it(tmp_path):
+    """10 H100 nodes at standard, each with two storage paths (floors far below the simulated 24/12 GB/s), one node at
+    40% on storage (storage_slow:40): storage.throughput passes it on the floors, and fleet.performance names it on
+    both figures of both paths, and nobody else."""
+    paths = {"/data": {"read_gbps": 2, "write_gbps": 1}, "/local/nvme": {"read_gbps": 2, "write_gbps": 1}}
+    lines = ["all:", "  vars: {connection: sim, profile: h100-sxm-8x, cluster: storage, dcgm_timeout: 30, "
+             f"nccl_timeout: 30, storage_paths: {json.dumps(paths)}}}", "  hosts:"]
+    lines += [f"    s{i:02d}: {{sim_faults: {json.dumps(['fleet_spread', *(['storage_slow:40'] if i == 4 else [])])}}}"
+              for i in range(1, 11)]
+    path = tmp_path / "storage.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    checks = ("storage.throughput", "fleet.performance")
+    outcome = run_validate(load_inventory(path, CATALOG), CATALOG, EngineOptions(checks=checks), tmp_path / "r",
+                           level="standard")
+    slow = next(n for n in outcome.run.nodes if n.name == "s04")
+    measured = [f for f in slow.findings if f.check == "storage.throughput"]
+    assert measured and all(f.verdict is Verdict.PASS for f in measured), measured
+    named = fleet_findings(outcome)
+    assert {n for n, found in named.items() if found} == {"s04"}, named
+    for figure in ("storage_read_gbps", "storage_write_gbps"):
+        cluster = cluster_finding(outcome, figure)
+        assert cluster.verdict is Verdict.FAIL, cluster.summary
+        outliers = cluster.observed["outliers"]
+        assert {o["node"] for o in outliers} == {"s04"}, outliers
+        assert all(55 <= o["pct_below"] <= 65 for o in outliers), outliers
+    summaries = " | ".join(f.summary for f in named["s04"])
+    assert "/data" in summaries and "/local/nvme" in summaries, summaries

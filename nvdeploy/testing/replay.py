@@ -17,9 +17,10 @@ scenario file.
 from __future__ import annotations
 
 import hashlib
+import re
 import shlex
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -84,7 +85,7 @@ def replay_node(node: FakeNode, scenario: NodeScenario, argvs: Iterable[Sequence
     recorded = 0
     cases: dict[str, list[str]] = {}
     seen: set[tuple[str, str]] = set()
-    for argv in argvs:
+    for argv in _with_inner_commands(argvs):
         tool = argv[0]
         if "/" in tool or not (node.bin_dir / tool).is_file() or (tool, " ".join(argv[1:])) in seen:
             continue
@@ -106,6 +107,26 @@ def replay_node(node: FakeNode, scenario: NodeScenario, argvs: Iterable[Sequence
         wrapper.write_text(_wrapper(branches, text))
         wrapper.chmod(0o755)
     return recorded
+
+
+def _with_inner_commands(argvs: Iterable[Sequence[str]]) -> Iterator[Sequence[str]]:
+    """Each argv, and after a ``[env] sh -c SCRIPT`` collector the simple commands of its script (``a || exit $?;
+    exec b``): the fake tools the script calls (dcgm_health's two dcgmi calls) are replayed too, not left to the
+    Python simulator."""
+    for argv in argvs:
+        yield argv
+        words = list(argv[1:]) if argv and argv[0] == "env" else list(argv)
+        if len(words) < 3 or words[0] != "sh" or words[1] != "-c":
+            continue
+        for piece in re.split(r"\|\||&&|;|\n", words[2]):
+            try:
+                inner = shlex.split(piece)
+            except ValueError:
+                continue
+            if inner[:1] == ["exec"]:
+                inner = inner[1:]
+            if inner and inner[0] not in ("exit", "return", ":") and "$" not in " ".join(inner):
+                yield inner
 
 
 def replay_cluster(cluster: SshCluster, catalog: Optional[ProfileCatalog] = None,

@@ -183,7 +183,9 @@ def test_command_timeout_leaves_nothing(cluster, tmp_path):
 def test_deadline_leaves_nothing(cluster, tmp_path):
     node = cluster.node("dl")
     _stubborn(node)
-    deadline = 6.0
+    # Long enough for the connect and the batch's start on a loaded CI machine (at 6 s the tool once never started:
+    # the deadline passed first), far below the stubborn tool's own 60 s timeout.
+    deadline = 15.0
     result: dict = {}
 
     def run() -> None:

@@ -116,6 +116,16 @@ elif [ -n "${NVDEPLOY_REQUIRE_SHELLCHECK:-}" ]; then
   echo "tests/run.sh: shellcheck is required in CI (.ci/run installs it)" >&2
   exit 1
 fi
+# Style is part of the gate: ruff (the test extra installs it; ruff.toml holds its rules) over the whole tree.
+if [ -x "$venv/bin/ruff" ]; then
+  if ! "$venv/bin/ruff" check --quiet . >&2; then
+    echo "tests/run.sh: ruff found problems: see above" >&2
+    exit 1
+  fi
+else
+  echo "tests/run.sh: ruff is missing from $venv (pip install -e '.[test]')" >&2
+  exit 2
+fi
 # The layering contracts (.importlinter) are checked before any test, and a broken one fails the run. import-linter
 # needs Python 3.11+ (the test extra installs it there); an older interpreter skips them and says so.
 if [ -x "$venv/bin/lint-imports" ]; then

@@ -568,11 +568,14 @@ class SshCluster:
     # -- inventory ---------------------------------------------------------------------------------------------
 
     def inventory_yaml(self, profile: str = "h100-sxm-8x", extra_host_vars: dict[str, dict] | None = None,
-                       command_timeout: float | None = None) -> str:
+                       command_timeout: float | None = None, connect_timeout: float | None = None) -> str:
         """YAML text of an nvdeploy inventory that reaches these nodes over SSH (every string double-quoted).
 
         ``command_timeout``: a group-wide collector timeout; the fake tools are Python processes, and dozens of
-        them starting at once on a busy 2-core machine can need more than a real tool's default."""
+        them starting at once on a busy 2-core machine can need more than a real tool's default.
+        ``connect_timeout``: a group-wide connect timeout (``None``: nvdeploy's 10 s). Tests that need every node
+        reached pass 30: a CI machine running four test workers, each with its own sshd and fake tools, has kept
+        one loopback handshake past 10 s."""
         import yaml
 
         extra = dict(extra_host_vars or {})
@@ -592,6 +595,7 @@ class SshCluster:
                     "ssh_key": str(self.client_key),
                     "ssh_known_hosts": str(self.known_hosts),
                     **({"command_timeout": command_timeout} if command_timeout else {}),
+                    **({"connect_timeout": connect_timeout} if connect_timeout else {}),
                 },
                 "hosts": hosts,
             }

@@ -30,7 +30,7 @@ def validate_trays_both_ways(ssh_cluster_factory, tmp_path: Path) -> TrayRun:
         cluster = ssh_cluster_factory([(name, NodeScenario(name, profile, tuple(faults), cluster="nvl",
                                                            rack="r1").to_json()) for name, faults in trays.items()])
         text = cluster.inventory_yaml(profile="gb200-nvl72", extra_host_vars={n: {"rack": "r1"} for n in trays},
-                                      command_timeout=120)
+                                      command_timeout=120, connect_timeout=30)
         (tmp_path / "ssh").mkdir()
         ssh_path = tmp_path / "ssh" / "nvl.yaml"
         ssh_path.write_text(text)

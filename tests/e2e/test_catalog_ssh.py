@@ -29,7 +29,7 @@ def scenario(name: str, *faults: str) -> tuple[str, str]:
 def test_standard_level_over_ssh_names_the_slow_node(ssh_cluster_factory, tmp_path: Path):
     cluster = ssh_cluster_factory([scenario("gpu01"), scenario("gpu02", "nccl_low_bw")])
     path = tmp_path / "ssh.yaml"
-    path.write_text(cluster.inventory_yaml(profile="h100-sxm-8x", command_timeout=120))
+    path.write_text(cluster.inventory_yaml(profile="h100-sxm-8x", command_timeout=120, connect_timeout=30))
     outcome = run_validate(load_inventory(path, CATALOG), CATALOG, STANDARD, tmp_path / "reports", level="standard")
     nodes = {n.name: n for n in outcome.run.nodes}
     healthy = nodes["gpu01"]
@@ -54,7 +54,7 @@ def test_standard_level_gives_the_same_findings_over_ssh_and_sim(ssh_cluster_fac
     faults = [(), ("dcgm_fail:pcie",), ("nvlink_down", "peermem_missing"), ("dcgm_missing", "nccl_wrong")]
     cluster = ssh_cluster_factory([scenario(f"n{i}", *f) for i, f in enumerate(faults)])
     path = tmp_path / "ssh.yaml"
-    path.write_text(cluster.inventory_yaml(profile="h100-sxm-8x", command_timeout=120))
+    path.write_text(cluster.inventory_yaml(profile="h100-sxm-8x", command_timeout=120, connect_timeout=30))
     over_ssh = {n.name: n for n in run_validate(load_inventory(path, CATALOG), CATALOG, STANDARD,
                                                 tmp_path / "r1", level="standard").run.nodes}
     sim = tmp_path / "sim.yaml"

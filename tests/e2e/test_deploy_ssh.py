@@ -32,7 +32,7 @@ def scenario(name: str, *faults: str) -> tuple[str, str]:
 
 def inventory(cluster, tmp_path: Path, name: str = "ssh.yaml"):
     path = tmp_path / name
-    path.write_text(cluster.inventory_yaml(profile="h100-sxm-8x", command_timeout=120).replace(
+    path.write_text(cluster.inventory_yaml(profile="h100-sxm-8x", command_timeout=120, connect_timeout=30).replace(
         "  vars:\n", '  vars:\n    driver_version: "550.90.07"\n', 1))
     return load_inventory(path, CATALOG)
 

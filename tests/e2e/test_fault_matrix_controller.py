@@ -118,7 +118,8 @@ def start(cluster: SshCluster, folder: Path):
 def assert_interrupted_run(run_dir: Path, data: dict) -> None:
     journal = journal_nodes(run_dir)
     for name in FAST:  # results.jsonl holds every finished node
-        assert journal[name]["verdict"] == "PASS", (name, [f for f in journal[name]["findings"] if f["verdict"] != "PASS"])
+        not_passed = [f for f in journal[name]["findings"] if f["verdict"] != "PASS"]
+        assert journal[name]["verdict"] == "PASS", (name, not_passed)
     nodes = {n["name"]: n for n in data["nodes"]}
     assert sorted(nodes) == sorted(NAMES)
     assert data["interrupted"] is True and data["verdict"] == "INCOMPLETE"

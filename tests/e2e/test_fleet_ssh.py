@@ -31,7 +31,7 @@ def test_eight_nodes_over_ssh_name_the_slow_node_and_gpu(ssh_cluster_factory, tm
     cluster = ssh_cluster_factory([(n, NodeScenario(n, PROFILE, ("fleet_spread", *FAULTS.get(n, ()))).to_json())
                                    for n in names])
     path = tmp_path / "ssh.yaml"
-    path.write_text(cluster.inventory_yaml(profile="h100-sxm-8x", command_timeout=120))
+    path.write_text(cluster.inventory_yaml(profile="h100-sxm-8x", command_timeout=120, connect_timeout=30))
     outcome = run_validate(load_inventory(path, CATALOG), CATALOG, EngineOptions(checks=CHECKS), tmp_path / "r",
                            level="full")
     nodes = {n.name: n for n in outcome.run.nodes}

@@ -29,7 +29,7 @@ def test_unknown_lost_and_nvswitch_faults_over_real_ssh(ssh_cluster_factory, tmp
     cluster = ssh_cluster_factory([scenario("gpu01"), scenario("gpu02", "ecc_unknown"),
                                    scenario("gpu03", "sxid_fatal"), scenario("gpu04", "gpu_lost")])
     path = tmp_path / "ssh.yaml"
-    path.write_text(cluster.inventory_yaml(profile="h100-sxm-8x", command_timeout=120))
+    path.write_text(cluster.inventory_yaml(profile="h100-sxm-8x", command_timeout=120, connect_timeout=30))
     options = EngineOptions(checks=load_levels()["quick"])
     outcome = run_validate(load_inventory(path, CATALOG), CATALOG, options, tmp_path / "reports")
     nodes = {n.name: n for n in outcome.run.nodes}

@@ -30,7 +30,7 @@ def validate(cluster, tmp_path: Path, options: EngineOptions, extra_host_vars=No
     path = tmp_path / "ssh.yaml"
     # Generous timeouts: the fake tools are Python processes on a shared 2-core machine.
     path.write_text(cluster.inventory_yaml(profile="h100-sxm-8x", extra_host_vars=extra_host_vars,
-                                           command_timeout=120))
+                                           command_timeout=120, connect_timeout=30))
     return run_validate(load_inventory(path, CATALOG), CATALOG, options, tmp_path / "reports",
                         level="standard" if options.checks != load_levels()["quick"] else "quick")
 

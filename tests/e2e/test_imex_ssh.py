@@ -42,7 +42,8 @@ def test_cut_off_tray_is_named_over_ssh_as_in_process(ssh_cluster_factory, tmp_p
     cluster = ssh_cluster_factory([scenario(name) for name in TRAYS])
     path = tmp_path / "ssh.yaml"
     extra = {name: {"rack": "rack1", "imex_address": name} for name in TRAYS}
-    path.write_text(cluster.inventory_yaml(profile="gb200-nvl72", extra_host_vars=extra, command_timeout=120))
+    path.write_text(cluster.inventory_yaml(profile="gb200-nvl72", extra_host_vars=extra, command_timeout=120,
+                                           connect_timeout=30))
     over_ssh = findings(run_validate(load_inventory(path, CATALOG), CATALOG, IMEX, tmp_path / "ssh"))
     assert [v for _, v, _ in over_ssh["_cluster"]] == [Verdict.FAIL.value]
     assert [(c, v) for c, v, _ in over_ssh["t3"]] == [("imex.daemon", "PASS"), ("imex.domain", "FAIL")]

@@ -27,7 +27,8 @@ def scenario(name: str, *faults: str) -> tuple[str, str]:
 
 def validate(cluster, tmp_path: Path, extra_host_vars=None, options: EngineOptions = DEFAULT_OPTIONS,
              text_edit=None):
-    text = cluster.inventory_yaml(profile="h100-sxm-8x", extra_host_vars=extra_host_vars, command_timeout=120)
+    text = cluster.inventory_yaml(profile="h100-sxm-8x", extra_host_vars=extra_host_vars, command_timeout=120,
+                                  connect_timeout=30)
     if text_edit:
         text = text_edit(text)
     tmp_path.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from nvdeploy.checks.gating import raw_gate, section
 from nvdeploy.checks.registry import NodeContext, register
+from nvdeploy.collect.burnin_commands import format_duration
 from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
 
 SAMPLER = "burnin_sampler"
@@ -50,12 +51,6 @@ def decode(mask: int) -> list[str]:
     return [name for bit, name in REASON_BITS.items() if mask & bit]
 
 
-def _fmt_s(seconds: float) -> str:
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
-        f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
-
-
 def _median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
@@ -75,8 +70,9 @@ def _judge_gpu(ctx: NodeContext, gpu: int, series: Sequence[Any], duration: floa
     span = series[-1].t - series[0].t if series else 0.0
     needed = max(0.0, duration * COVERAGE_FRACTION - 2 * interval_s)
     if len(series) < MIN_SAMPLES or span < needed:
-        return finding(Verdict.ERROR, f"{len(series)} sample(s) over {_fmt_s(span)} of the {_fmt_s(duration)} "
-                       "burn-in: too few to judge", observed=round(span, 1), expected=f">= {needed:.0f}", unit="s",
+        return finding(Verdict.ERROR, f"{len(series)} sample(s) over {format_duration(span)} of the "
+                       f"{format_duration(duration)} burn-in: too few to judge", observed=round(span, 1),
+                       expected=f">= {needed:.0f}", unit="s",
                        reason=ErrorReason.INCOMPLETE, remediation=Remediation.INVESTIGATE)
     loaded = [s for s in series if s.reasons is None or not s.reasons & GPU_IDLE]
     known = [s for s in loaded if s.reasons is not None]
@@ -101,13 +97,14 @@ def _judge_gpu(ctx: NodeContext, gpu: int, series: Sequence[Any], duration: floa
     power = [s.power_w for s in loaded if s.power_w is not None]
     curve = (f"SM clock {first_clock:g} -> {last_clock:g} MHz ({0.0 - drop + 0.0:+.1f}%)" if drop is not None
              else "SM clock not readable")
-    shape = (f"{len(series)} samples over {_fmt_s(span)} ({len(loaded)} under load): {curve}"
+    shape = (f"{len(series)} samples over {format_duration(span)} ({len(loaded)} under load): {curve}"
              + (f", max {max(temps):g} C" if temps else "") + (f", max {max(power):g} W" if power else ""))
     problems: list[str] = []
     verdict = Verdict.PASS
     remediation = Remediation.NONE
     for name in sorted(bad_counts):
-        problems.append(f"{name} in {bad_counts[name]} of {len(known)} samples from {_fmt_s(first_bad[name])}")
+        problems.append(f"{name} in {bad_counts[name]} of {len(known)} samples from "
+                        f"{format_duration(first_bad[name])}")
         if name in fail:
             verdict, remediation = Verdict.FAIL, Remediation.INVESTIGATE
         elif verdict is Verdict.PASS:

@@ -123,6 +123,13 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
+def format_duration(seconds: float) -> str:
+    """``45s``, ``5m00s``, ``4h00m``: how burn-in findings and messages write a duration."""
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
+        f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
 def dcgm_level(host_vars: Mapping[str, Any]) -> int:
     """The DCGM diag level each iteration runs: host var ``burnin_dcgm_level`` (1-4), else 2."""
     value = host_vars.get("burnin_dcgm_level", DEFAULT_DCGM_LEVEL)

@@ -28,7 +28,7 @@ from nvdeploy.checks.heavy_gate import (
     heavy_skip,
 )
 from nvdeploy.collect.burnin_commands import COLLECTOR_NAMES as BURNIN_COLLECTORS
-from nvdeploy.collect.burnin_commands import burnin_batches, burnin_specs
+from nvdeploy.collect.burnin_commands import burnin_batches, burnin_specs, format_duration
 from nvdeploy.collect.catalog import COLLECTORS, light_specs, specs_for
 from nvdeploy.collect.datacenter import DCGM_IGNORE_VAR
 from nvdeploy.config import waivers as waiver_rules
@@ -207,10 +207,11 @@ class NodeRunner:
         # A collector that loads no GPU (storage) runs beside GPU compute processes: the busy guard is about GPUs.
         gate_no_gpu = heavy_skip(light, facts, self.options.allow_busy, loads_gpu=False)
         batches = [[spec] for spec in heavy] + burnin_batches(burn_in)
+        interrupted_skip = INTERRUPTED_SKIP
         for batch in batches:
             spec = batch[0]
             if self.stopping.is_set():
-                skipped.update({s.name: INTERRUPTED_SKIP for s in batch})
+                skipped.update({s.name: interrupted_skip for s in batch})
                 continue
             remaining = self._remaining()
             # Under a second left is a deadline passed: the test could only start and be cut at once.
@@ -220,12 +221,23 @@ class NodeRunner:
             if skip is not None:
                 skipped.update({s.name: skip for s in batch})
                 continue
-            self._doing(node, "burn-in" if spec.name in BURNIN_COLLECTORS else spec.name)
+            burning = spec.name in BURNIN_COLLECTORS
+            self._doing(node, "burn-in" if burning else spec.name)
+            began = time.monotonic()
             try:
-                results = results + transport.run_batch(_capped(batch, remaining), remaining)
+                ran = transport.run_batch(_capped(batch, remaining), remaining)
             except TransportError as exc:  # the connection dropped mid-test: that check is ERROR, not the run
-                results = results + [CommandResult(s.name, s.display, None, error=exc.reason,
-                                                   error_detail=exc.detail) for s in batch]
+                reason = ErrorReason.INTERRUPTED if self.stopping.is_set() else exc.reason  # closed by the interrupt
+                ran = [CommandResult(s.name, s.display, None, error=reason, error_detail=exc.detail) for s in batch]
+            if burning and self.options.burn_in_s is not None and any(
+                    r.error is ErrorReason.INTERRUPTED for r in ran):
+                # How far the burn-in got, for the operator deciding whether to --resume it; the kernel log after
+                # it is not read either, and its checks say the same.
+                detail = (f"run interrupted {format_duration(time.monotonic() - began)} into the "
+                          f"{format_duration(self.options.burn_in_s)} burn-in")
+                ran = [replace(r, error_detail=detail) if r.error is ErrorReason.INTERRUPTED else r for r in ran]
+                interrupted_skip = HeavySkip(ErrorReason.INTERRUPTED, f"not finished: {detail}")
+            results = results + ran
         return results, skipped
 
     def _run(self, host: Host, started: float) -> NodeResult:

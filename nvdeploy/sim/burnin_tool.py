@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import datetime
 import math
+import os
 import re
 from collections.abc import Sequence
 from typing import Optional
 
-from nvdeploy.collect.burnin_commands import EVENT_FIELD, LOAD_HELPER, QUERY_FIELDS, SAMPLER_HELPER
+from nvdeploy.collect.burnin_commands import EVENT_FIELD, LOAD_HELPER, QUERY_FIELDS, SAMPLER_HELPER, THROTTLE_FIELD
 from nvdeploy.sim.scenario import NodeScenario, node_facts, register_fault
 from nvdeploy.sim.smi_xml import SIM_TIME
 from nvdeploy.sim.tools import (
@@ -81,17 +82,42 @@ def sampler_text(scenario: NodeScenario, duration_s: float, interval_ms: int) ->
     if not facts.driver_loaded:  # nvidia-smi's loop exits at once, as the real one does (exit 9)
         return "".join(out) + "@@end exited 9\n"
     step = max(interval_ms / 1000.0, duration_s / MAX_ROWS_PER_GPU)
-    throttle = _throttle(scenario)
     count = int(duration_s / step) + 1
-    for n in range(count):
-        t = n * step
-        when = SIM_TIME + datetime.timedelta(seconds=t)
-        for gpu in facts.gpus:
-            after = throttle.get(gpu.index, throttle.get(None))
-            ecc = str(gpu.dram_uncorrectable_volatile) if gpu.ecc_enabled else "[N/A]"
-            out.append(_row(when, gpu.index, t, after, gpu.power_limit_w or 700.0, ecc))
+    out += [_rows_at(scenario, n * step) for n in range(count)]
     out.append("@@end running\n")
     return "".join(out)
+
+
+def _rows_at(scenario: NodeScenario, t: float) -> str:
+    """One sample of every GPU ``t`` seconds into the load."""
+    facts = node_facts(scenario)
+    throttle = _throttle(scenario)
+    when = SIM_TIME + datetime.timedelta(seconds=t)
+    rows = []
+    for gpu in facts.gpus:
+        after = throttle.get(gpu.index, throttle.get(None))
+        ecc = str(gpu.dram_uncorrectable_volatile) if gpu.ecc_enabled else "[N/A]"
+        rows.append(_row(when, gpu.index, t, after, gpu.power_limit_w or 700.0, ecc))
+    return "".join(rows)
+
+
+_SAMPLER_QUERIES = {",".join(f.replace("{reasons}", field) for f in QUERY_FIELDS)
+                    for field in (EVENT_FIELD, THROTTLE_FIELD)}
+
+
+def _sampler_loop(scenario: NodeScenario, args: Sequence[str]) -> Optional[ToolOutput]:
+    """``nvidia-smi --query-gpu=<the sampler's fields> --format=csv,noheader,nounits -lms MS`` as the sampler
+    script starts it on a fake SSH node (a real shell runs the script there): a sample every MS in real time,
+    seconds counted from the tool's start, until it is killed."""
+    if len(args) != 5 or args[0] != "nvidia-smi" or args[3] != "-lms" or not args[4].isdigit():
+        return None
+    if args[1].removeprefix("--query-gpu=") not in _SAMPLER_QUERIES or args[2] != "--format=csv,noheader,nounits":
+        return None
+    if not node_facts(scenario).driver_loaded:
+        return ToolOutput(b"", b"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+                          b"Make sure that the latest NVIDIA driver is installed and running.\n\n", 9)
+    return ToolOutput(_rows_at(scenario, 0.0).encode(), repeat_s=max(1, int(args[4])) / 1000.0,
+                      repeat=lambda elapsed: _rows_at(scenario, elapsed).encode())
 
 
 def load_text(scenario: NodeScenario, duration_s: float, level: str, nccl_argv: Sequence[str]) -> str:
@@ -145,4 +171,11 @@ def _hook(scenario: NodeScenario, argv: Sequence[str]) -> Optional[ToolOutput]:
     return ToolOutput(load_text(scenario, duration, args[5], args[8:]).encode(), virtual_s=iterations * ITERATION_S)
 
 
+def _loop_hook(scenario: NodeScenario, argv: Sequence[str]) -> Optional[ToolOutput]:
+    args = list(argv)
+    return _sampler_loop(scenario, [os.path.basename(args[0]), *args[1:]]) if args else None
+
+
 TOOL_HOOKS.append(_hook)
+# Before the nvidia-smi of the stateful nodes (systools), which knows no -lms loop. The sampler runs without sudo.
+TOOL_HOOKS.insert(0, _loop_hook)

@@ -135,10 +135,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if out.hang:
         while True:
             time.sleep(3600)
+    began = time.monotonic()
     sys.stdout.buffer.write(out.stdout)
     sys.stdout.buffer.flush()
     sys.stderr.buffer.write(out.stderr)
     sys.stderr.buffer.flush()
+    if out.repeat is not None:  # until killed, as the real loop: SIGTERM's default action ends this process
+        while True:
+            time.sleep(max(0.05, out.repeat_s))
+            sys.stdout.buffer.write(out.repeat(time.monotonic() - began))
+            sys.stdout.buffer.flush()
     return out.rc
 
 

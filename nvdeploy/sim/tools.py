@@ -15,6 +15,7 @@ import hashlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Optional
 
 from nvdeploy.sim.scenario import NodeFacts, NodeScenario, SimGpu, node_facts
 from nvdeploy.sim.smi_xml import SIM_TIME, render_list, render_query_csv, render_table, render_version, render_xml
@@ -60,6 +61,10 @@ class ToolOutput:
     hang: bool = False
     delay_s: float = 0.0
     virtual_s: float = 0.0
+    # A tool that loops until it is killed (``nvidia-smi -lms``): after ``stdout``, a fake node's tool prints
+    # ``repeat(seconds since it started)`` every ``repeat_s`` in real time. In-process it never returns: a hang.
+    repeat_s: float = 0.0
+    repeat: Optional[Callable[[float], bytes]] = None
 
 
 def _strip_sudo(argv: Sequence[str]) -> list[str]:

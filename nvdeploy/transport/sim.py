@@ -51,7 +51,7 @@ class SimTransport(Transport):
             return (CommandResult(name=spec.name, command=spec.display, rc=None, timed_out=True,
                                   duration_s=spec.timeout_s, error=ErrorReason.TIMEOUT,
                                   error_detail=f"timed out after {spec.timeout_s:g} s"), 0.0)
-        if output.hang or output.delay_s >= spec.timeout_s:
+        if output.hang or output.repeat is not None or output.delay_s >= spec.timeout_s:
             return (CommandResult(name=spec.name, command=spec.display, rc=None, timed_out=True,
                                   duration_s=spec.timeout_s, error=ErrorReason.TIMEOUT,
                                   error_detail=f"timed out after {spec.timeout_s:g} s"), spec.timeout_s)

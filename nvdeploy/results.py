@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import enum
+import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, NamedTuple, Optional, Sequence
 
@@ -342,6 +343,25 @@ def node_briefs(nodes: Sequence[NodeResult]) -> Sequence[NodeBrief]:
     if briefs is not None:
         return briefs  # type: ignore[no-any-return]
     return [NodeBrief.of(n) for n in nodes]
+
+
+# Facts compared for version drift, beyond any fact whose name ends in "_version".
+_VERSION_FACTS = ("firmware", "vbios", "inforom")
+
+
+def version_facts(node: NodeResult) -> dict[str, str]:
+    """component -> version text, from facts named ``*_version`` (and firmware/VBIOS/InfoROM facts)."""
+    out = {}
+    for key, value in node.facts.items():
+        name = str(key)
+        lowered = name.lower()
+        if not (lowered.endswith("_version") or any(word in lowered for word in _VERSION_FACTS)):
+            continue
+        if value is None or value == "" or isinstance(value, bool):
+            continue
+        component = name[: -len("_version")] if lowered.endswith("_version") else name
+        out[component] = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return out
 
 
 def node_verdicts(nodes: Sequence[NodeResult]) -> list[Verdict]:

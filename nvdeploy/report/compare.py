@@ -9,13 +9,12 @@ CUDA, DCGM, NCCL, VBIOS/firmware, from node facts) and which measured values reg
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from nvdeploy.config.hostrange import fold
 from nvdeploy.report.metrics import Metric, node_metrics
-from nvdeploy.results import Finding, NodeResult, RunResult, Verdict
+from nvdeploy.results import Finding, NodeResult, RunResult, Verdict, version_facts
 
 CLUSTER = "(cluster)"
 # Checks that say only that a node was not reached or not checked: such a node's other checks were not "not
@@ -23,8 +22,6 @@ CLUSTER = "(cluster)"
 _NODE_LEVEL = ("system.reachable", "system.lock", "system.internal")
 _BAD = (Verdict.FAIL, Verdict.ERROR)
 _GOOD = (Verdict.PASS, Verdict.WARN, Verdict.SKIP)
-# Facts compared for version drift, beyond any fact whose name ends in "_version".
-_VERSION_FACTS = ("firmware", "vbios", "inforom")
 
 
 @dataclass(frozen=True)
@@ -255,21 +252,6 @@ def _not_rechecked(name: str, base: tuple[Finding, ...], new: tuple[Finding, ...
     return [CheckChange(name, check, verdict.value, None, summary)
             for check, (verdict, summary) in _by_check(base).items()
             if check not in after and check not in _NODE_LEVEL]
-
-
-def version_facts(node: NodeResult) -> dict[str, str]:
-    """component -> version text, from facts named ``*_version`` (and firmware/VBIOS/InfoROM facts)."""
-    out = {}
-    for key, value in node.facts.items():
-        name = str(key)
-        lowered = name.lower()
-        if not (lowered.endswith("_version") or any(word in lowered for word in _VERSION_FACTS)):
-            continue
-        if value is None or value == "" or isinstance(value, bool):
-            continue
-        component = name[: -len("_version")] if lowered.endswith("_version") else name
-        out[component] = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-    return out
 
 
 def _regressions(base: NodeResult, new: NodeResult, tolerance_pct: float) -> list[Regression]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Union
 
-from nvdeploy.results import Finding, RunResult, Verdict
+from nvdeploy.results import Finding, RunResult, Verdict, version_facts
 from nvdeploy.runner.folders import RunLoadError, find_run_dirs, load_run
 
 DB_NAME = "history.sqlite"
@@ -107,8 +107,6 @@ def _now() -> str:
 
 
 def _insert(conn: sqlite3.Connection, run: RunResult, run_dir: str) -> None:
-    from nvdeploy.report.compare import version_facts
-
     counts = run.counts()
     conn.execute("DELETE FROM runs WHERE run_id = ?", (run.run_id,))
     conn.execute(

@@ -9,10 +9,10 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence
 
 from nvdeploy import __version__
-from nvdeploy.checks.cluster import VERSION_CONSISTENCY, evaluate_cluster
+from nvdeploy.checks.cluster import VERSION_CONSISTENCY
 from nvdeploy.checks.fleet import CHECK_ID as FLEET_CHECK
 from nvdeploy.checks.fleet import FIGURES as FLEET_FIGURES
 from nvdeploy.checks.fleet import fleet_section
@@ -21,12 +21,12 @@ from nvdeploy.checks.power import NODE_CHECK as POWER_NODE_CHECK
 from nvdeploy.checks.registry import CLUSTER_CHECKS
 from nvdeploy.config.inventory import Host, Inventory
 from nvdeploy.config.profiles import ProfileCatalog
-from nvdeploy.config.waivers import WAIVABLE, Waiver, apply_waivers, today_utc
 from nvdeploy.report import write_reports
 from nvdeploy.results import BRIEF_FACTS as REPORT_FACTS
 from nvdeploy.results import ErrorReason, Finding, NodeBrief, NodeResult, RunResult
 from nvdeploy.runner.engine import EngineOptions, NodeRunner, run_hosts
 from nvdeploy.runner.evaluate import auto_processes, make_evaluator
+from nvdeploy.runner.folders import finish_run
 from nvdeploy.runner.record import NodeSpool, RunRecorder, read_journal, safe_name
 
 MULTINODE_CHECK = next(iter(c for c in CLUSTER_CHECKS if c == "nccl.multinode"))
@@ -78,69 +78,6 @@ def racks_of(hosts: Sequence[Host]) -> dict[str, list[Any]]:
 
 def brief_of(node: NodeResult) -> NodeBrief:
     return NodeBrief.of(node, BRIEF_FACTS, BRIEF_FINDINGS)
-
-
-def finish_run(header: dict, nodes: Union[list[NodeResult], NodeSpool], order: list[str], interrupted: bool,
-               duration_s: float, fail_on_warn: bool) -> RunResult:
-    """Cluster evaluation over the finished nodes, in inventory order.
-
-    From a spool, the cluster checks read each node's brief (its version facts and power findings), and only the
-    nodes they add findings to are read back, amended and spooled again: the run's nodes stay on disk."""
-    # Waivers (nvdeploy/config/waivers.py) apply last, to every node finding the run made, the cluster stage's included.
-    waivers = [Waiver.from_dict(w) for w in header.get("waivers") or ()]
-    baseline = _fleet_baseline(header)
-    if isinstance(nodes, NodeSpool):
-        ordered_nodes, cluster_findings = _evaluate_spooled(nodes, order, header.get("racks"), header.get("fleet"),
-                                                            waivers, baseline)
-    else:
-        by_name = {n.name: n for n in nodes}
-        ordered = [by_name[name] for name in order if name in by_name]
-        ordered += [n for n in nodes if n.name not in set(order)]
-        evaluated, cluster_findings = evaluate_cluster(ordered, header.get("racks"), header.get("fleet"), baseline)
-        ordered_nodes = tuple(apply_waivers(evaluated, waivers, today_utc()))
-    return RunResult(
-        run_id=header["run_id"], cluster=header["cluster"], phase=header.get("phase", "validate"),
-        nodes=ordered_nodes, cluster_findings=tuple(cluster_findings), started_at=header.get("started_at", ""),
-        finished_at=_now(), duration_s=duration_s, level=header.get("level", "quick"),
-        profiles=header.get("profiles", {}), interrupted=interrupted, fail_on_warn=fail_on_warn,
-        nvdeploy_version=header.get("nvdeploy_version", __version__), inventory=header.get("inventory", ""),
-        user=header.get("user", ""))
-
-
-def _fleet_baseline(header: Mapping[str, Any]) -> Optional[RunResult]:
-    """The accepted run (``validate --baseline``) whose nodes are fleet.performance's peers where this run has too
-    few; None without one, or when it cannot be read (the CLI's comparison with it then reports why, exit 2)."""
-    if not header.get("fleet") or not header.get("fleet_baseline"):
-        return None
-    from nvdeploy.runner.folders import RunLoadError, load_run  # runner/folders.py imports this module
-
-    try:
-        return load_run(Path(header["fleet_baseline"]))
-    except (RunLoadError, OSError, ValueError, KeyError):
-        return None
-
-
-def _evaluate_spooled(spool: NodeSpool, order: list[str], racks_of: Optional[Mapping[str, Sequence[Any]]] = None,
-                      fleet: Optional[Mapping[str, Mapping[str, Any]]] = None, waivers: Sequence[Waiver] = (),
-                      baseline: Optional[RunResult] = None) -> tuple[Sequence[NodeResult], list[Finding]]:
-    ordered = spool.nodes(order)
-    views = [NodeResult(b.name, b.kept, address=b.address, profile=b.profile, facts=b.facts) for b in ordered.briefs]
-    updated, cluster_findings = evaluate_cluster(views, racks_of, fleet, baseline)
-    for view, after in zip(views, updated):
-        if after is not view:  # the cluster checks appended findings to this node: amend the full result
-            spool.add(spool.get(view.name).with_findings(after.findings[len(view.findings):]))
-    if waivers:
-        today = today_utc()
-        checks = {w.check for w in waivers}
-        named = {n for w in waivers for n in w.nodes}
-        for brief in spool.nodes(order).briefs:
-            # Only the nodes with a waivable verdict of a waived check are read back from the spool.
-            if brief.name in named and any(c in checks and v in WAIVABLE for c, v in brief.checks):
-                node = spool.get(brief.name)
-                (waived,) = apply_waivers([node], waivers, today)
-                if waived is not node:
-                    spool.add(waived)
-    return spool.nodes(order), list(cluster_findings)
 
 
 def run_validate(inventory: Inventory, catalog: ProfileCatalog, options: EngineOptions, out_base: Path,

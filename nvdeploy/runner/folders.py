@@ -3,15 +3,24 @@
 A run folder is ``<out>/<cluster>/<run-id>/`` holding ``results.json`` (final) and ``results.jsonl`` (streamed).
 After a crash only the journal exists; :func:`load_run` rebuilds the run from it, marking every node that never
 reported as ERROR ``interrupted``, exactly as ``nvdeploy report`` does.
+
+:func:`finish_run` ends a run: the cluster stage's checks and the waivers over its finished nodes. The validate
+phase ends with it, and so does rebuilding a run from its journal; a run's baseline (``validate --baseline``) is
+itself loaded from its folder, hence one module.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
-from typing import Iterator, Union
+from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
-from nvdeploy.results import RunResult
+from nvdeploy import __version__
+from nvdeploy.checks.cluster import evaluate_cluster
+from nvdeploy.config.waivers import WAIVABLE, Waiver, apply_waivers, today_utc
+from nvdeploy.results import Finding, NodeResult, RunResult
+from nvdeploy.runner.record import NodeSpool
 
 RESULTS_JSON = "results.json"
 RESULTS_JSONL = "results.jsonl"
@@ -47,7 +56,6 @@ def load_run(run_dir: Union[str, Path]) -> RunResult:
 
 def _from_journal(journal: Path) -> RunResult:
     from nvdeploy.config.inventory import Host
-    from nvdeploy.phases.validate import finish_run
     from nvdeploy.results import ErrorReason
     from nvdeploy.runner.engine import error_node
     from nvdeploy.runner.record import read_journal
@@ -84,3 +92,68 @@ def find_run_dirs(out_base: Union[str, Path]) -> Iterator[Path]:
         for run_dir in sorted(p for p in cluster_dir.iterdir() if p.is_dir()):
             if is_run_dir(run_dir):
                 yield run_dir
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def finish_run(header: dict, nodes: Union[list[NodeResult], NodeSpool], order: list[str], interrupted: bool,
+               duration_s: float, fail_on_warn: bool) -> RunResult:
+    """Cluster evaluation over the finished nodes, in inventory order.
+
+    From a spool, the cluster checks read each node's brief (its version facts and power findings), and only the
+    nodes they add findings to are read back, amended and spooled again: the run's nodes stay on disk."""
+    # Waivers (nvdeploy/config/waivers.py) apply last, to every node finding the run made, the cluster stage's included.
+    waivers = [Waiver.from_dict(w) for w in header.get("waivers") or ()]
+    baseline = _fleet_baseline(header)
+    if isinstance(nodes, NodeSpool):
+        ordered_nodes, cluster_findings = _evaluate_spooled(nodes, order, header.get("racks"), header.get("fleet"),
+                                                            waivers, baseline)
+    else:
+        by_name = {n.name: n for n in nodes}
+        ordered = [by_name[name] for name in order if name in by_name]
+        ordered += [n for n in nodes if n.name not in set(order)]
+        evaluated, cluster_findings = evaluate_cluster(ordered, header.get("racks"), header.get("fleet"), baseline)
+        ordered_nodes = tuple(apply_waivers(evaluated, waivers, today_utc()))
+    return RunResult(
+        run_id=header["run_id"], cluster=header["cluster"], phase=header.get("phase", "validate"),
+        nodes=ordered_nodes, cluster_findings=tuple(cluster_findings), started_at=header.get("started_at", ""),
+        finished_at=_now(), duration_s=duration_s, level=header.get("level", "quick"),
+        profiles=header.get("profiles", {}), interrupted=interrupted, fail_on_warn=fail_on_warn,
+        nvdeploy_version=header.get("nvdeploy_version", __version__), inventory=header.get("inventory", ""),
+        user=header.get("user", ""))
+
+
+def _fleet_baseline(header: Mapping[str, Any]) -> Optional[RunResult]:
+    """The accepted run (``validate --baseline``) whose nodes are fleet.performance's peers where this run has too
+    few; None without one, or when it cannot be read (the CLI's comparison with it then reports why, exit 2)."""
+    if not header.get("fleet") or not header.get("fleet_baseline"):
+        return None
+    try:
+        return load_run(Path(header["fleet_baseline"]))
+    except (RunLoadError, OSError, ValueError, KeyError):
+        return None
+
+
+def _evaluate_spooled(spool: NodeSpool, order: list[str], racks_of: Optional[Mapping[str, Sequence[Any]]] = None,
+                      fleet: Optional[Mapping[str, Mapping[str, Any]]] = None, waivers: Sequence[Waiver] = (),
+                      baseline: Optional[RunResult] = None) -> tuple[Sequence[NodeResult], list[Finding]]:
+    ordered = spool.nodes(order)
+    views = [NodeResult(b.name, b.kept, address=b.address, profile=b.profile, facts=b.facts) for b in ordered.briefs]
+    updated, cluster_findings = evaluate_cluster(views, racks_of, fleet, baseline)
+    for view, after in zip(views, updated):
+        if after is not view:  # the cluster checks appended findings to this node: amend the full result
+            spool.add(spool.get(view.name).with_findings(after.findings[len(view.findings):]))
+    if waivers:
+        today = today_utc()
+        checks = {w.check for w in waivers}
+        named = {n for w in waivers for n in w.nodes}
+        for brief in spool.nodes(order).briefs:
+            # Only the nodes with a waivable verdict of a waived check are read back from the spool.
+            if brief.name in named and any(c in checks and v in WAIVABLE for c, v in brief.checks):
+                node = spool.get(brief.name)
+                (waived,) = apply_waivers([node], waivers, today)
+                if waived is not node:
+                    spool.add(waived)
+    return spool.nodes(order), list(cluster_findings)

@@ -21,9 +21,9 @@ from nvdeploy.config.builtin import data_dir
 from nvdeploy.config.inventory import Inventory, load_inventory
 from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.config.yamlfile import ConfigError
+from nvdeploy.files import OutputError
 from nvdeploy.results import ExitCode, NodeResult
 from nvdeploy.runner.engine import EngineOptions
-from nvdeploy.runner.record import OutputError
 
 SUDO_PASSWORD_ENV = "NVDEPLOY_SUDO_PASSWORD"
 

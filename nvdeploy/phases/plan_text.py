@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Optional, Sequence
 from nvdeploy.actions import StepResult, StepStatus
 from nvdeploy.actions.base import Change
 from nvdeploy.config.hostrange import fold
+from nvdeploy.files import write_atomic
 from nvdeploy.results import Finding, NodeResult, Verdict
-from nvdeploy.runner.record import write_atomic
 
 if TYPE_CHECKING:
     from nvdeploy.phases.rollout import PhaseResult

@@ -28,10 +28,11 @@ from nvdeploy.config.inventory import Host
 from nvdeploy.config.playbook import PlannedStep, Playbook
 from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.config.yamlfile import ConfigError
+from nvdeploy.files import OutputError, write_atomic
 from nvdeploy.phases.plan_text import plan_lines, write_plan
 from nvdeploy.results import CommandResult, ErrorReason, EvidenceRecord, Finding, NodeResult, Remediation, Verdict
 from nvdeploy.runner.engine import EngineOptions, Interrupted, NodeRunner, error_node, make_transport, run_hosts
-from nvdeploy.runner.record import OutputError, RunRecorder, safe_name, write_atomic
+from nvdeploy.runner.record import RunRecorder, safe_name
 from nvdeploy.transport.base import CommandSpec, Transport, TransportError
 
 _SERIAL = re.compile(r"([1-9]\d*)(%?)")

@@ -13,11 +13,11 @@ import json
 from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
+from nvdeploy.files import atomic_file, write_atomic
 from nvdeploy.report.compare import RunDiff
 from nvdeploy.report.html import write_html
 from nvdeploy.report.junit import write_junit
 from nvdeploy.results import RunResult
-from nvdeploy.runner.record import atomic_file, write_atomic
 
 BASELINE_FILE = "baseline.json"
 _NODES_KEY = '\n  "nodes": []'  # where json.dumps(indent=2) puts the empty top-level node list of the header

@@ -29,9 +29,9 @@ import threading
 from pathlib import Path
 from typing import Iterable, Mapping, Union
 
+from nvdeploy.files import OutputError
 from nvdeploy.report.metrics import node_metrics
 from nvdeploy.results import ClusterVerdict, RunResult, Verdict
-from nvdeploy.runner.record import OutputError
 
 # Bytes per second in one unit of each bandwidth unit a metric may carry (GB/s as nccl-tests means it: 1e9).
 _BYTES_PER_SECOND = {"GB/s": 1e9, "GiB/s": 2.0 ** 30, "MB/s": 1e6, "MiB/s": 2.0 ** 20, "Gb/s": 1.25e8,

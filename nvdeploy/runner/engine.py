@@ -34,11 +34,12 @@ from nvdeploy.collect.datacenter import DCGM_IGNORE_VAR
 from nvdeploy.config import waivers as waiver_rules
 from nvdeploy.config.inventory import Host
 from nvdeploy.config.profiles import ProfileCatalog
+from nvdeploy.files import OutputError
 from nvdeploy.parsers.facts import node_facts
 from nvdeploy.results import CommandResult, ErrorReason, Finding, NodeResult, Remediation, Verdict
 from nvdeploy.runner.evaluate import EvaluationJob, Evaluator, InlineEvaluator
 from nvdeploy.runner.progress import RunProgress
-from nvdeploy.runner.record import OutputError, RunRecorder
+from nvdeploy.runner.record import RunRecorder
 from nvdeploy.transport.base import CommandSpec, Transport, TransportError
 from nvdeploy.transport.sudo_gate import SudoGate
 

@@ -7,7 +7,6 @@ temporary name and renamed, so a half-written file is never presented as complet
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -17,15 +16,12 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterable, Iterator, Optional, Sequence, Union, overload
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union, overload
 
+from nvdeploy.files import OutputError
 from nvdeploy.results import CommandResult, EvidenceRecord, NodeBrief, NodeResult
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-
-
-class OutputError(Exception):
-    """The run folder cannot be written (permissions, disk full). The CLI exits 2 with this message."""
 
 
 def safe_name(name: str) -> str:
@@ -38,38 +34,6 @@ def safe_name(name: str) -> str:
 
 def _private_dir(path: Path) -> None:
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
-
-
-def write_atomic(path: Path, data: bytes, durable: bool = True) -> None:
-    with atomic_file(path, durable) as handle:
-        handle.write(data)
-
-
-@contextlib.contextmanager
-def atomic_file(path: Path, durable: bool = True) -> Iterator[BinaryIO]:
-    """A file written through a handle (streamed, never held whole in memory), then fsynced (unless not
-    ``durable``) and renamed into place: it appears complete or not at all."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb", buffering=1 << 20) as handle:
-            yield handle
-            handle.flush()
-            if durable:
-                os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
 
 
 def write_evidence_file(path: Path, data: bytes) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from nvdeploy.runner.record import OutputError, write_atomic
+from nvdeploy.files import OutputError, write_atomic
 from nvdeploy.slurm.client import SlurmClient, SlurmError
 from nvdeploy.slurm.nodes import SlurmNode
 

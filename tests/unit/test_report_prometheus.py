@@ -8,9 +8,9 @@ import subprocess
 
 import pytest
 
+from nvdeploy.files import OutputError
 from nvdeploy.report.prometheus import escape_label, render_prometheus, write_prometheus
 from nvdeploy.results import Finding, NodeResult, RunResult, Verdict
-from nvdeploy.runner.record import OutputError
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*",?)*\})? '
                     r"(-?[0-9.eE+-]+|NaN|[+-]Inf)$")

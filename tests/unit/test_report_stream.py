@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from nvdeploy.files import OutputError, atomic_file
 from nvdeploy.report import render_json, write_json, write_reports
 from nvdeploy.report.junit import render_junit
 from nvdeploy.results import (
@@ -21,7 +22,6 @@ from nvdeploy.results import (
     RunResult,
     Verdict,
 )
-from nvdeploy.runner.record import OutputError, atomic_file
 
 Pair = collections.namedtuple("Pair", "a b")
 

@@ -79,9 +79,9 @@ def _execute(phase: str, kw: dict[str, Any], call: Callable[..., Any]) -> None:
     from nvdeploy import __version__
     from nvdeploy.cli.app import _fail, _install_sigterm, _load
     from nvdeploy.config.yamlfile import ConfigError
+    from nvdeploy.files import OutputError
     from nvdeploy.phases.plan_text import plan_lines
     from nvdeploy.runner.engine import Interrupted
-    from nvdeploy.runner.record import OutputError
 
     inv, catalog = _load(kw["inventory"], kw["limit"])
     kw["out_base"] = state_dir(kw["out_base"]).path

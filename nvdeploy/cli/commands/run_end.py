@@ -15,9 +15,9 @@ from typing import Any, Callable, Optional
 import click
 
 from nvdeploy.config.hostrange import fold
+from nvdeploy.files import OutputError, write_atomic
 from nvdeploy.report.text import colour_wanted, failed_hosts, paint, summary_lines
 from nvdeploy.report.view import NEEDS_ACTION, needy, not_run_names, resume_command
-from nvdeploy.runner.record import OutputError, write_atomic
 
 FAILED_HOSTS_LABEL = "FAIL/ERROR hosts:"
 RESUME_LABEL = "resume with:"

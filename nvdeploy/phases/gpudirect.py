@@ -17,6 +17,8 @@ from typing import Optional, Sequence
 
 from nvdeploy.checks.rdma import CHECK_ID, PairVerdict, expectation, judge_pair
 from nvdeploy.collect.stack_commands import ib_write_bw_argv
+from nvdeploy.collect.stage_limits import GPUDIRECT_SERVER_EXTRA_S as SERVER_EXTRA_S
+from nvdeploy.collect.stage_limits import GPUDIRECT_TIMEOUT_S as DEFAULT_TIMEOUT_S
 from nvdeploy.config.hostrange import fold
 from nvdeploy.config.inventory import Host
 from nvdeploy.config.profiles import ProfileCatalog
@@ -27,8 +29,6 @@ from nvdeploy.runner.pairing import pair_rounds
 from nvdeploy.runner.record import RunRecorder
 from nvdeploy.transport.base import CommandSpec, TransportError
 
-DEFAULT_TIMEOUT_S = 60.0
-SERVER_EXTRA_S = 15.0
 HEAD_START_S = 1.5
 DEFAULT_HCA = "mlx5_0"
 

@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 from nvdeploy.checks.dcgm_mndiag import GET_IT, judge_mndiag, mndiag_absent
 from nvdeploy.checks.nvloom import DomainVerdict
+from nvdeploy.collect.stage_limits import MNDIAG_TIMEOUT_S as DEFAULT_TIMEOUT_S
 from nvdeploy.config.inventory import Host
 from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.parsers.dcgm_mndiag import parse_mndiag
@@ -28,7 +29,6 @@ from nvdeploy.runner.record import RunRecorder
 from nvdeploy.transport.base import CommandSpec, TransportError
 
 CHECK_ID = "dcgm.mndiag"
-DEFAULT_TIMEOUT_S = 900.0
 
 
 def mndiag_argv(group: Sequence[Host], launcher: Host) -> tuple[str, ...]:

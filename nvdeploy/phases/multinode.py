@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Sequence
 
 from nvdeploy.checks.nccl import Assessment, NcclExpectation, assess
+from nvdeploy.collect.stage_limits import MPIRUN_GRACE_S
+from nvdeploy.collect.stage_limits import NCCL_TIMEOUT_S as DEFAULT_TIMEOUT_S
 from nvdeploy.config.hostrange import fold
 from nvdeploy.config.inventory import Host
 from nvdeploy.config.profiles import Profile, ProfileCatalog
@@ -34,9 +36,6 @@ from nvdeploy.transport.base import CommandSpec, TransportError
 
 CHECK_ID = "nccl.multinode"
 PATTERNS = ("all", "pairwise", "bisect")
-DEFAULT_TIMEOUT_S = 900.0
-# Time kept between mpirun's own --timeout and the command's, for mpirun to stop its ranks and report.
-MPIRUN_GRACE_S = 30.0
 DEADLINE_TEXT = "the global --deadline passed"
 MESSAGE_SIZE = "8G"
 

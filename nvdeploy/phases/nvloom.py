@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
 from nvdeploy.checks.nvloom import GET_IT, NvloomVerdict, judge_nvloom, tool_absent
+from nvdeploy.collect.stage_limits import NVLOOM_TIMEOUT_S as DEFAULT_TIMEOUT_S
 from nvdeploy.config.hostrange import fold
 from nvdeploy.config.inventory import Host
 from nvdeploy.config.profiles import ProfileCatalog
@@ -31,7 +32,6 @@ from nvdeploy.slurm.srun import pool_of
 from nvdeploy.transport.base import CommandSpec, TransportError
 
 CHECK_ID = "nvloom.domain"
-DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_TESTCASES = ("bisect_device_to_device_write_sm",)
 DOMAIN_TOOL_CHECKS = frozenset({CHECK_ID, "dcgm.mndiag"})
 

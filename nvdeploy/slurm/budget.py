@@ -76,8 +76,8 @@ def worst_case(hosts: Sequence[Any], catalog: Any, checks: Sequence[str], forks:
 
 
 def _stages_s(hosts: Sequence[Any], checks: Sequence[str], pattern: str, catalog: Any = None) -> float:
-    from nvdeploy.phases.multinode import DEFAULT_TIMEOUT_S as NCCL_S
-    from nvdeploy.phases.multinode import MPIRUN_GRACE_S
+    from nvdeploy.collect.stage_limits import MPIRUN_GRACE_S
+    from nvdeploy.collect.stage_limits import NCCL_TIMEOUT_S as NCCL_S
 
     total = 0.0
     n = max(2, len(hosts))
@@ -91,17 +91,17 @@ def _stages_s(hosts: Sequence[Any], checks: Sequence[str], pattern: str, catalog
         rounds = 1 + 2 * math.ceil(math.log2(trays)) + 1
         total += rounds * (float(first.get("nccl_timeout", NCCL_S)) + MPIRUN_GRACE_S)
     if "nvloom.domain" in checks and _has_nvlink_domain(hosts, catalog):
-        from nvdeploy.phases.nvloom import DEFAULT_TIMEOUT_S as NVLOOM_S
+        from nvdeploy.collect.stage_limits import NVLOOM_TIMEOUT_S as NVLOOM_S
 
         # One nvloom_cli run per domain, the domains in parallel.
         total += float(first.get("nvloom_timeout", NVLOOM_S)) + MPIRUN_GRACE_S
     if "dcgm.mndiag" in checks and _has_nvlink_domain(hosts, catalog):
-        from nvdeploy.phases.mndiag import DEFAULT_TIMEOUT_S as MNDIAG_S
+        from nvdeploy.collect.stage_limits import MNDIAG_TIMEOUT_S as MNDIAG_S
 
         total += float(first.get("mndiag_timeout", MNDIAG_S)) + MPIRUN_GRACE_S
     if "rdma.gpudirect" in checks:
-        from nvdeploy.phases.gpudirect import DEFAULT_TIMEOUT_S as RDMA_S
-        from nvdeploy.phases.gpudirect import SERVER_EXTRA_S
+        from nvdeploy.collect.stage_limits import GPUDIRECT_SERVER_EXTRA_S as SERVER_EXTRA_S
+        from nvdeploy.collect.stage_limits import GPUDIRECT_TIMEOUT_S as RDMA_S
 
         total += (n - 1) * (float(first.get("gpudirect_timeout", RDMA_S)) + SERVER_EXTRA_S)
     return total

@@ -193,6 +193,8 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
 
     Exit 0 READY, 1 NOT_READY, 2 bad input, 3 INCOMPLETE (some node could not be checked), 130 interrupted.
     """
+    from nvdeploy.checks import CHECKS
+    from nvdeploy.checks.registry import CLUSTER_CHECKS
     from nvdeploy.config.levels import load_levels
     from nvdeploy.phases.validate import resume_validate
     from nvdeploy.runner.progress import progress_for
@@ -206,7 +208,7 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
     # A resumed run stays in its own folder, and its history is the one beside it (<state>/<cluster>/<run-id>).
     base = resume_dir.parent.parent if resume_dir is not None else state_dir(out_base).path
     try:
-        checks = load_levels()[level]
+        checks = load_levels(known_checks=(*CHECKS, *CLUSTER_CHECKS))[level]
     except ConfigError as exc:
         raise _fail(exc.render()) from None
     if burn_in_s is not None:

@@ -15,7 +15,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+from nvdeploy.checks import CHECKS
 from nvdeploy.checks.cluster import evaluate_cluster
+from nvdeploy.checks.registry import CLUSTER_CHECKS
 from nvdeploy.config.inventory import Host, Inventory
 from nvdeploy.config.levels import load_levels
 from nvdeploy.config.playbook import Playbook, load_playbook, plan_hosts
@@ -34,7 +36,7 @@ def validate_hosts(hosts: Sequence[Host], catalog: ProfileCatalog, engine: Engin
                    level: str, progress: Optional[Callable[[NodeResult], None]] = None
                    ) -> tuple[tuple[NodeResult, ...], tuple[Finding, ...], Optional[int]]:
     """The validate pipeline over ``hosts`` into an existing run folder: (nodes, cluster findings, interrupt code)."""
-    options = replace(engine, checks=load_levels()[level])
+    options = replace(engine, checks=load_levels(known_checks=(*CHECKS, *CLUSTER_CHECKS))[level])
     started = time.monotonic()
     runner = NodeRunner(catalog, options, recorder, started + options.deadline_s if options.deadline_s else None)
 

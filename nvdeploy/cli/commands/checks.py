@@ -159,7 +159,7 @@ def catalog_entries() -> list[Entry]:
     from nvdeploy.config.levels import LEVELS, load_levels
 
     sources = _cluster_sources()
-    by_level = load_levels()
+    by_level = load_levels(known_checks=(*CHECKS, *CLUSTER_CHECKS))
     position: dict[str, int] = {}
     for level in LEVELS:
         for check_id in by_level[level]:

@@ -46,9 +46,15 @@ def resolve_inventory_path(value: str) -> Path:
 
 
 def _load(inventory: str, limit: Optional[str]) -> tuple[Inventory, ProfileCatalog]:
+    # The loader checks sim_faults against the simulator's faults and reads slurm: groups from Slurm, so that a bad
+    # name fails with its file and line before any run; both rooms import config/, so the CLI hands them in.
+    from nvdeploy.sim.scenario import validate_fault
+    from nvdeploy.slurm.source import resolve_group
+
     catalog = ProfileCatalog()
     try:
-        inv = load_inventory(resolve_inventory_path(inventory), catalog)
+        inv = load_inventory(resolve_inventory_path(inventory), catalog, slurm_groups=resolve_group,
+                             check_fault=validate_fault)
         inv = inv.limit(limit)
     except ConfigError as exc:
         raise _fail(exc.render()) from None

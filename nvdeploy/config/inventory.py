@@ -23,6 +23,14 @@ CONNECTIONS = ("ssh", "local", "sim")
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,252}$")
 _GROUP_KEYS = {"hosts", "vars", "children", "slurm"}
 
+# What the loader cannot know itself, handed in by its caller (the rooms that know it import config/, so config/
+# imports none of them): the nodes of a group whose hosts come from Slurm, as (name -> node, every node Slurm
+# knows) for the group's ``slurm:`` value, its group, key and file (nvdeploy/slurm/source.py resolve_group) ...
+SlurmGroups = Callable[[Any, Any, str, str], tuple[Mapping[str, Any], Collection[str]]]
+# ... and the problem with a ``sim_faults`` name, None when the simulator knows it (nvdeploy/sim/scenario.py
+# validate_fault).
+FaultCheck = Callable[[str], Optional[str]]
+
 
 def _is_str(value: Any) -> bool:
     return isinstance(value, str)
@@ -290,8 +298,9 @@ def _suggest(word: str, known: Iterable[str]) -> str:
 class _Builder:
     """The inventory as Ansible's parser builds it: one object per group and per host, whatever the file order."""
 
-    def __init__(self, file: str) -> None:
+    def __init__(self, file: str, slurm_groups: Optional[SlurmGroups] = None) -> None:
         self.file = file
+        self.slurm_groups = slurm_groups
         self.groups: dict[str, _Group] = {"all": _Group("all", None)}
         self.host_vars: dict[str, dict[str, Any]] = {}
         self.host_var_lines: dict[str, dict[str, int]] = {}
@@ -499,9 +508,10 @@ def _walk_yaml(builder: _Builder, name: str, body: Any, container: Any) -> None:
     slurm_nodes: Mapping[str, Any] = {}
     if body.get("slurm") is not None:
         # The group's hosts come from Slurm (nvdeploy/slurm/source.py); hosts: below only add vars to them.
-        from nvdeploy.slurm.source import resolve_group
-
-        slurm_nodes, slurm_known = resolve_group(body["slurm"], body, "slurm", builder.file)
+        if builder.slurm_groups is None:
+            raise builder.fail("this inventory was loaded without Slurm (load_inventory's slurm_groups): a group's "
+                               "hosts cannot come from Slurm here", line_of(body, "slurm"), "slurm")
+        slurm_nodes, slurm_known = builder.slurm_groups(body["slurm"], body, "slurm", builder.file)
         for host_name, node in slurm_nodes.items():
             builder.add_hosts(name, host_name, line_of(body, "slurm"))
             builder.base[host_name] = {"slurm_node": node.to_dict()}
@@ -554,14 +564,16 @@ def _slurm_names(builder: _Builder, pattern: str, line: Optional[int], known: Co
     return [n for n in names if n in nodes]  # filtered out by partition/states/nodes
 
 
-def load_inventory(path: Union[str, Path], catalog: Any = None) -> Inventory:
-    """Read and validate an inventory. With a ProfileCatalog, also check every profile exists.
+def load_inventory(path: Union[str, Path], catalog: Any = None, *, slurm_groups: Optional[SlurmGroups] = None,
+                   check_fault: Optional[FaultCheck] = None) -> Inventory:
+    """Read and validate an inventory. With a ProfileCatalog, also check every profile exists, and with
+    ``check_fault`` every ``sim_faults`` name of a simulated host; a group with ``slurm:`` needs ``slurm_groups``.
 
     ``*.yaml``, ``*.yml`` and ``*.json`` are YAML inventories, ``ansible:SOURCE`` is whatever ``ansible-inventory -i
     SOURCE --list`` resolves, any other file is Ansible's INI format (the same rule as Ansible's own plugins).
     """
     file = str(path)
-    builder = _Builder(file)
+    builder = _Builder(file, slurm_groups)
     cluster_line: Optional[int] = None
     if file.startswith(ansible.ANSIBLE_SOURCE_PREFIX):
         source = file[len(ansible.ANSIBLE_SOURCE_PREFIX):]
@@ -592,7 +604,7 @@ def load_inventory(path: Union[str, Path], catalog: Any = None) -> Inventory:
     inventory = Inventory(cluster, tuple(hosts), groups, file)
     _check_addresses(inventory)
     if catalog is not None:
-        check_profiles(inventory, catalog)
+        check_profiles(inventory, catalog, check_fault)
     return inventory
 
 
@@ -621,7 +633,7 @@ def _check_addresses(inventory: Inventory) -> None:
         seen[key] = host.name
 
 
-def check_profiles(inventory: Inventory, catalog: Any) -> None:
+def check_profiles(inventory: Inventory, catalog: Any, check_fault: Optional[FaultCheck] = None) -> None:
     known = set(catalog.names())
     for host in inventory.hosts:
         for key in ("profile", "sim_sku"):
@@ -632,10 +644,8 @@ def check_profiles(inventory: Inventory, catalog: Any) -> None:
             if value is not None and value not in known:
                 raise ConfigError(f"unknown profile {value!r} (known: {', '.join(sorted(known))})", host.file,
                                   host.var_lines.get(key, host.line), key)
-        if host.connection == "sim":
-            from nvdeploy.sim.scenario import validate_fault
-
+        if host.connection == "sim" and check_fault is not None:
             for fault in host.faults:
-                problem = validate_fault(fault)
+                problem = check_fault(fault)
                 if problem:
                     raise ConfigError(problem, host.file, host.var_lines.get("sim_faults", host.line), "sim_faults")

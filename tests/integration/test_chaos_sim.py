@@ -28,7 +28,7 @@ def run(tmp_path, hosts: dict, extra: str = "", options: EngineOptions = DEFAULT
     path = tmp_path / "inv.yaml"
     path.write_text("all:\n  vars: {connection: sim, profile: h100-sxm-8x" + extra + "}\n  hosts:\n" + "".join(
         f"    {name}: {{sim_faults: {json.dumps(faults)}}}\n" for name, faults in hosts.items()))
-    return run_validate(load_inventory(path, CATALOG), CATALOG, options, tmp_path / "out")
+    return run_validate(load_inventory(path, CATALOG, check_fault=validate_fault), CATALOG, options, tmp_path / "out")
 
 
 def by_name(outcome):

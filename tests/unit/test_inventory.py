@@ -8,12 +8,13 @@ from nvdeploy.config.hostrange import HostRangeError, expand, fold
 from nvdeploy.config.inventory import load_inventory
 from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.config.yamlfile import ConfigError
+from nvdeploy.sim.scenario import validate_fault
 
 CATALOG = ProfileCatalog()
 
 
 def load(write_inventory, text: str):
-    return load_inventory(write_inventory(textwrap.dedent(text)), CATALOG)
+    return load_inventory(write_inventory(textwrap.dedent(text)), CATALOG, check_fault=validate_fault)
 
 
 def error_of(write_inventory, text: str) -> ConfigError:

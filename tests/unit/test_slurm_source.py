@@ -31,7 +31,7 @@ def _write(tmp_path: Path, group: str) -> Path:
 def test_hosts_from_slurm_in_slurms_order_with_vars_and_facts(tmp_path: Path, from_capture: None) -> None:
     inv = load_inventory(_write(tmp_path, "      slurm: {partition: debug, states: [idle, drained]}\n"
                                           "      hosts:\n        node2: {sim_faults: [gpu_missing]}\n"),
-                         ProfileCatalog())
+                         ProfileCatalog(), slurm_groups=source.resolve_group)
     assert [h.name for h in inv.hosts] == ["node1", "node2"]  # node3 mixed, node4 down: not selected
     node2 = inv.host("node2")
     assert node2.faults == ("gpu_missing",) and node2.vars["slurm_node"]["state"] == "drained"
@@ -39,13 +39,14 @@ def test_hosts_from_slurm_in_slurms_order_with_vars_and_facts(tmp_path: Path, fr
 
 
 def test_nodes_hostlist_and_no_state_filter(tmp_path: Path, from_capture: None) -> None:
-    inv = load_inventory(_write(tmp_path, "      slurm: {nodes: 'node[2-4]'}\n"))
+    inv = load_inventory(_write(tmp_path, "      slurm: {nodes: 'node[2-4]'}\n"), slurm_groups=source.resolve_group)
     assert [h.name for h in inv.hosts] == ["node2", "node3", "node4"]
     assert inv.host("node4").vars["slurm_node"]["state"] == "down"
 
 
 def test_hosts_entry_for_a_node_filtered_out_adds_nothing(tmp_path: Path, from_capture: None) -> None:
-    inv = load_inventory(_write(tmp_path, "      slurm: {states: [idle]}\n      hosts:\n        node4: {}\n"))
+    inv = load_inventory(_write(tmp_path, "      slurm: {states: [idle]}\n      hosts:\n        node4: {}\n"),
+                         slurm_groups=source.resolve_group)
     assert [h.name for h in inv.hosts] == ["node1"]
 
 
@@ -59,7 +60,7 @@ def test_hosts_entry_for_a_node_filtered_out_adds_nothing(tmp_path: Path, from_c
 def test_bad_slurm_group_is_a_config_error_with_line(tmp_path: Path, from_capture: None, group: str,
                                                      message: str) -> None:
     with pytest.raises(ConfigError) as err:
-        load_inventory(_write(tmp_path, group))
+        load_inventory(_write(tmp_path, group), slurm_groups=source.resolve_group)
     assert message in err.value.render() and err.value.line is not None
 
 
@@ -70,6 +71,12 @@ def test_slurmctld_unreachable_is_a_config_error_with_slurms_message(tmp_path: P
 
     monkeypatch.setattr(source, "fetch_nodes", down)
     with pytest.raises(ConfigError) as err:
-        load_inventory(_write(tmp_path, "      slurm: {partition: debug}\n"))
+        load_inventory(_write(tmp_path, "      slurm: {partition: debug}\n"), slurm_groups=source.resolve_group)
     assert "Unable to contact slurm controller (connect failure)" in err.value.render()
+    assert err.value.key == "slurm" and err.value.line == 5
+
+
+def test_a_slurm_group_needs_the_slurm_source_from_the_caller(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_inventory(_write(tmp_path, "      slurm: {partition: debug}\n"))
     assert err.value.key == "slurm" and err.value.line == 5

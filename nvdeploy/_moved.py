@@ -48,7 +48,7 @@ MOVED = {
     "yamlfile": "config.yamlfile",
     "profiles": "config.profiles",
     "profile_schema": "config.profile_schema",
-    "playbook": "config.playbook",
+    "playbook": "phases.playbook",
     "levels": "config.levels",
     "builtin": "config.builtin",
     "waivers": "config.waivers",

@@ -16,8 +16,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from nvdeploy import __version__
 from nvdeploy.config.inventory import Inventory
-from nvdeploy.config.playbook import Playbook, load_playbook, plan_hosts
 from nvdeploy.config.profiles import ProfileCatalog
+from nvdeploy.phases.playbook import Playbook, load_playbook, plan_hosts
 from nvdeploy.phases.rollout import PhaseOptions, PhaseRecorder, PhaseResult, run_phase, write_plan
 from nvdeploy.phases.validate import _now, _user, new_run_id
 from nvdeploy.report import write_reports

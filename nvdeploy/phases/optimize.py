@@ -20,9 +20,9 @@ from nvdeploy.checks.cluster import evaluate_cluster
 from nvdeploy.checks.registry import CLUSTER_CHECKS
 from nvdeploy.config.inventory import Host, Inventory
 from nvdeploy.config.levels import load_levels
-from nvdeploy.config.playbook import Playbook, load_playbook, plan_hosts
 from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.install import PhaseOutcome, open_run, phase_run_result
+from nvdeploy.phases.playbook import Playbook, load_playbook, plan_hosts
 from nvdeploy.phases.rollout import PhaseOptions, PhaseRecorder, PhaseResult, run_phase, write_plan
 from nvdeploy.report import write_reports
 from nvdeploy.results import Finding, NodeResult, Verdict, cluster_verdict, exit_code_for

@@ -25,11 +25,11 @@ from nvdeploy.actions import ACTIONS, StepResult, StepStatus, run_action
 from nvdeploy.actions.base import ActionContext
 from nvdeploy.config.hostrange import fold
 from nvdeploy.config.inventory import Host
-from nvdeploy.config.playbook import PlannedStep, Playbook
 from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.config.yamlfile import ConfigError
 from nvdeploy.files import OutputError, write_atomic
 from nvdeploy.phases.plan_text import plan_lines, write_plan
+from nvdeploy.phases.playbook import PlannedStep, Playbook
 from nvdeploy.results import CommandResult, ErrorReason, EvidenceRecord, Finding, NodeResult, Remediation, Verdict
 from nvdeploy.runner.engine import EngineOptions, Interrupted, NodeRunner, error_node, make_transport, run_hosts
 from nvdeploy.runner.record import RunRecorder, safe_name

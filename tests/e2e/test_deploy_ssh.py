@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from nvdeploy.config.inventory import load_inventory
-from nvdeploy.config.playbook import resolve_playbook
 from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.install import run_install
+from nvdeploy.phases.playbook import resolve_playbook
 from nvdeploy.phases.rollout import PhaseOptions
 from nvdeploy.phases.run import run_all
 from nvdeploy.results import ClusterVerdict, ErrorReason, Verdict

@@ -12,10 +12,10 @@ from click.testing import CliRunner
 from nvdeploy.actions import StepStatus
 from nvdeploy.cli.app import cli
 from nvdeploy.config.inventory import load_inventory
-from nvdeploy.config.playbook import resolve_playbook
 from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.install import run_install
 from nvdeploy.phases.optimize import run_optimize
+from nvdeploy.phases.playbook import resolve_playbook
 from nvdeploy.phases.rollout import PhaseOptions
 from nvdeploy.phases.run import run_all
 from nvdeploy.phases.validate import run_validate

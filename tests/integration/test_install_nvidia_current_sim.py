@@ -14,9 +14,9 @@ import pytest
 
 from nvdeploy.config.inventory import load_inventory
 from nvdeploy.config.levels import load_levels
-from nvdeploy.config.playbook import resolve_playbook
 from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.install import run_install
+from nvdeploy.phases.playbook import resolve_playbook
 from nvdeploy.phases.rollout import PhaseOptions
 from nvdeploy.phases.run import run_all
 from nvdeploy.phases.validate import run_validate

@@ -10,9 +10,9 @@ from click.testing import CliRunner
 
 from nvdeploy.cli.app import cli
 from nvdeploy.config.inventory import Host, load_inventory
-from nvdeploy.config.playbook import check_tags, load_playbook, plan_host, plan_hosts, resolve_playbook
 from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.config.yamlfile import ConfigError
+from nvdeploy.phases.playbook import check_tags, load_playbook, plan_host, plan_hosts, resolve_playbook
 
 CATALOG = ProfileCatalog()
 PROFILE = CATALOG.get("h100-sxm-8x")

@@ -148,8 +148,8 @@ def install_command(**kw: Any) -> None:
     Driver branch (+ fabric manager on NVSwitch SKUs), CUDA toolkit, DCGM, container toolkit, nccl-tests,
     nvidia-persistenced, nvidia_peermem where InfiniBand is present. A second run changes nothing.
     """
-    from nvdeploy.config.playbook import resolve_playbook
     from nvdeploy.phases.install import run_install
+    from nvdeploy.phases.playbook import resolve_playbook
 
     _execute("install", kw, lambda inv, catalog, options, say: run_install(
         inv, catalog, options, kw["out_base"], resolve_playbook(kw["playbook"], "install")))
@@ -163,8 +163,8 @@ def optimize_command(**kw: Any) -> None:
     Persistence, compute mode, power limit, application clocks, MIG mode, CPU governor: each change shown with
     its value before and after, then the measured figures of the two validations side by side.
     """
-    from nvdeploy.config.playbook import resolve_playbook
     from nvdeploy.phases.optimize import run_optimize
+    from nvdeploy.phases.playbook import resolve_playbook
 
     _execute("optimize", kw, lambda inv, catalog, options, say: run_optimize(
         inv, catalog, options, kw["out_base"], resolve_playbook(kw["playbook"], "optimize")))
@@ -181,7 +181,7 @@ def run_command(continue_on_fail: bool, allow_busy: bool, **kw: Any) -> None:
     """
     from dataclasses import replace
 
-    from nvdeploy.config.playbook import resolve_playbook
+    from nvdeploy.phases.playbook import resolve_playbook
     from nvdeploy.phases.run import run_all
 
     _execute("run", kw, lambda inv, catalog, options, say: run_all(

@@ -4,7 +4,7 @@ The package is laid out by pipeline stage, inventory -> plan -> collect -> parse
 ``config/`` (inventories, profiles, levels, waivers), ``collect/`` (collectors and the probe), ``parsers/`` (text
 to facts), ``checks/`` (facts to findings), ``runner/`` (engine, evaluation, record, history), ``report/`` (HTML,
 JSON, JUnit, Prometheus, comparisons), with ``results.py`` the shared model and ``files.py`` the atomic writes.
-Around them: ``transport/`` (SSH, local, simulated), ``phases/`` (install, validate, optimize, the playbook),
+Around them: ``transport/`` (SSH, local), ``phases/`` (install, validate, optimize, the playbook),
 ``actions/``, ``slurm/``, ``sizing/``, ``cli/``, and the test doubles ``sim/`` and ``testing/``. ``.importlinter``
 holds the import rules between them.
 """

@@ -116,7 +116,7 @@ def _transport(host: Host, catalog: ProfileCatalog, options: EngineOptions, peer
     connection = host.connection
     connect_timeout = float(host.get("connect_timeout", options.connect_timeout_s))
     if connection == "sim":
-        from nvdeploy.transport.sim import sim_transport
+        from nvdeploy.sim.transport import sim_transport
 
         profile = catalog.get(host.profile or "")
         sku = catalog.get(host.get("sim_sku")) if host.get("sim_sku") else None

@@ -18,7 +18,7 @@ from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.validate import run_validate
 from nvdeploy.results import ErrorReason, Verdict
 from nvdeploy.runner.engine import EngineOptions
-from nvdeploy.transport.sim import SimTransport
+from nvdeploy.sim.transport import SimTransport
 
 CATALOG = ProfileCatalog()
 QUICK = load_levels()["quick"]

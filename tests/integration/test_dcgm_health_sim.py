@@ -13,7 +13,7 @@ from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.validate import run_validate
 from nvdeploy.results import ClusterVerdict, ErrorReason, Remediation, Verdict
 from nvdeploy.runner.engine import EngineOptions
-from nvdeploy.transport.sim import SimTransport
+from nvdeploy.sim.transport import SimTransport
 
 CATALOG = ProfileCatalog()
 LEVELS = load_levels()

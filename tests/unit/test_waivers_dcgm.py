@@ -18,7 +18,7 @@ from nvdeploy.config.waivers import Waiver, dcgm_ignore_error_codes, load_waiver
 from nvdeploy.config.yamlfile import ConfigError, load_yaml_text
 from nvdeploy.phases.validate import run_validate
 from nvdeploy.runner.engine import EngineOptions
-from nvdeploy.transport.sim import SimTransport
+from nvdeploy.sim.transport import SimTransport
 
 KNOWN = {"dcgm.diag_r2", "dcgm.diag_r3", "memory.remapped_rows"}
 CATALOG = ProfileCatalog()

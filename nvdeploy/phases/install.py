@@ -17,8 +17,9 @@ from typing import Any, Callable, Optional, Sequence
 from nvdeploy import __version__
 from nvdeploy.config.inventory import Inventory
 from nvdeploy.config.profiles import ProfileCatalog
+from nvdeploy.phases.plan_text import write_plan
 from nvdeploy.phases.playbook import Playbook, load_playbook, plan_hosts
-from nvdeploy.phases.rollout import PhaseOptions, PhaseRecorder, PhaseResult, run_phase, write_plan
+from nvdeploy.phases.rollout import PhaseOptions, PhaseRecorder, PhaseResult, run_phase
 from nvdeploy.phases.validate import _now, _user, new_run_id
 from nvdeploy.report import write_reports
 from nvdeploy.results import NodeResult, RunResult, exit_code_for

@@ -22,8 +22,9 @@ from nvdeploy.config.inventory import Host, Inventory
 from nvdeploy.config.levels import load_levels
 from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.install import PhaseOutcome, open_run, phase_run_result
+from nvdeploy.phases.plan_text import write_plan
 from nvdeploy.phases.playbook import Playbook, load_playbook, plan_hosts
-from nvdeploy.phases.rollout import PhaseOptions, PhaseRecorder, PhaseResult, run_phase, write_plan
+from nvdeploy.phases.rollout import PhaseOptions, PhaseRecorder, PhaseResult, run_phase
 from nvdeploy.report import write_reports
 from nvdeploy.results import Finding, NodeResult, Verdict, cluster_verdict, exit_code_for
 from nvdeploy.runner.engine import EngineOptions, NodeRunner, run_hosts

@@ -28,7 +28,6 @@ from nvdeploy.config.inventory import Host
 from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.config.yamlfile import ConfigError
 from nvdeploy.files import OutputError, write_atomic
-from nvdeploy.phases.plan_text import plan_lines, write_plan
 from nvdeploy.phases.playbook import PlannedStep, Playbook
 from nvdeploy.results import CommandResult, ErrorReason, EvidenceRecord, Finding, NodeResult, Remediation, Verdict
 from nvdeploy.runner.engine import EngineOptions, Interrupted, NodeRunner, error_node, make_transport, run_hosts
@@ -396,5 +395,4 @@ def run_phase(phase: str, playbook: Playbook, plans: Mapping[str, list[PlannedSt
                        duration_s=time.monotonic() - started)
 
 
-__all__ = ["PhaseOptions", "PhaseRecorder", "PhaseResult", "StepRunner", "make_batches", "parse_serial",
-           "plan_lines", "run_phase", "write_plan"]
+__all__ = ["PhaseOptions", "PhaseRecorder", "PhaseResult", "StepRunner", "make_batches", "parse_serial", "run_phase"]

@@ -24,8 +24,9 @@ from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.config.yamlfile import ConfigError, line_of, load_yaml_file
 from nvdeploy.phases.install import PhaseOutcome, open_run, phase_run_result
 from nvdeploy.phases.optimize import final_nodes, merge_steps, tune, validate_hosts, validation_phase
+from nvdeploy.phases.plan_text import write_plan
 from nvdeploy.phases.playbook import Playbook, load_playbook, plan_hosts
-from nvdeploy.phases.rollout import PhaseOptions, PhaseRecorder, PhaseResult, run_phase, write_plan
+from nvdeploy.phases.rollout import PhaseOptions, PhaseRecorder, PhaseResult, run_phase
 from nvdeploy.report import write_reports
 from nvdeploy.results import ClusterVerdict, NodeResult, cluster_verdict, exit_code_for
 

@@ -591,7 +591,7 @@ def test_yaml_dump_of_schema_is_stable():
 
 def test_summary_lines_never_carry_control_characters():
     """Whatever a check puts in a summary (node output quoted verbatim), the terminal lines show it escaped."""
-    from nvdeploy.cli.app import _summary_lines
+    from nvdeploy.cli.common import _summary_lines
 
     hostile = "\x1b]0;pwn\x07\x1b[2J\x00\x08\r\x9b31m Xid 13 from a process named like this"
     node = NodeResult("gpu01", (Finding("kmsg.xid", Verdict.WARN, hostile, node="gpu01"),))

@@ -155,7 +155,7 @@ def test_cli_rejects_a_bad_playbook_before_any_connection(tmp_path):
 
 
 def test_demo_inventory_plans_everywhere():
-    from nvdeploy.cli.app import resolve_inventory_path
+    from nvdeploy.cli.common import resolve_inventory_path
 
     inventory = load_inventory(resolve_inventory_path("demo"), CATALOG)
     plans = plan_hosts(load_playbook(resolve_playbook(None, "install")), inventory.hosts, CATALOG)

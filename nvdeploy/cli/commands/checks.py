@@ -317,7 +317,7 @@ def markdown(entries: list[Entry]) -> str:
 
 def _entries() -> list[Entry]:
     """The catalog for a command: a broken levels playbook is exit 2 naming its file and line, not a traceback."""
-    from nvdeploy.cli.app import _fail
+    from nvdeploy.cli.common import _fail
     from nvdeploy.config.yamlfile import ConfigError
 
     try:
@@ -327,7 +327,7 @@ def _entries() -> list[Entry]:
 
 
 def _entry(check_id: str) -> Entry:
-    from nvdeploy.cli.app import _fail
+    from nvdeploy.cli.common import _fail
 
     entries = _entries()
     for entry in entries:

@@ -55,7 +55,7 @@ def _words(text: str) -> tuple[str, ...]:
 
 
 def _options(kw: dict[str, Any]) -> Any:
-    from nvdeploy.cli.app import SUDO_PASSWORD_ENV, _fail
+    from nvdeploy.cli.common import SUDO_PASSWORD_ENV, _fail
     from nvdeploy.config.yamlfile import ConfigError
     from nvdeploy.phases.rollout import PhaseOptions, parse_serial
     from nvdeploy.runner.engine import EngineOptions
@@ -77,7 +77,7 @@ def _options(kw: dict[str, Any]) -> Any:
 
 def _execute(phase: str, kw: dict[str, Any], call: Callable[..., Any]) -> None:
     from nvdeploy import __version__
-    from nvdeploy.cli.app import _fail, _install_sigterm, _load
+    from nvdeploy.cli.common import _fail, _install_sigterm, _load
     from nvdeploy.config.yamlfile import ConfigError
     from nvdeploy.files import OutputError
     from nvdeploy.phases.plan_text import plan_lines
@@ -135,7 +135,7 @@ def _execute(phase: str, kw: dict[str, Any], call: Callable[..., Any]) -> None:
 
 
 def _bad_nodes(nodes: list[NodeResult]) -> list[str]:
-    from nvdeploy.cli.app import _summary_lines
+    from nvdeploy.cli.common import _summary_lines
 
     return [line for line in _summary_lines(nodes) if not line.startswith(("PASS", "SKIP"))]
 
@@ -212,7 +212,7 @@ def actions_show(name: str) -> None:
     import inspect
 
     from nvdeploy.actions import ACTIONS
-    from nvdeploy.cli.app import _fail
+    from nvdeploy.cli.common import _fail
 
     if name not in ACTIONS:
         raise _fail(f"unknown action {name!r} (see 'nvdeploy actions list')")

@@ -172,6 +172,27 @@ def _busbw(step: Any) -> Optional[float]:
     return nccl.avg_busbw if nccl is not None else None
 
 
+def _gemm_falls(steps: Sequence[Any], limit: float) -> tuple[dict[str, float], list[str]]:
+    """Each GPU's DCGM Diagnostic (GEMM) figure of its first iteration, and a line per GPU whose figure in a later
+    iteration is below that by more than ``limit`` percent (its worst iteration): a GPU that slows as it heats."""
+    first: dict[str, float] = {}
+    worst: dict[str, tuple[float, int]] = {}
+    for step in steps:
+        for gpu, gflops in step.gflops.items():
+            if gpu not in first:
+                first[gpu] = gflops
+            elif first[gpu] > 0 and gflops < worst.get(gpu, (first[gpu], 0))[0]:
+                worst[gpu] = (gflops, step.iteration)
+    out = []
+    for gpu in sorted(worst, key=int):
+        gflops, n = worst[gpu]
+        drop = (first[gpu] - gflops) / first[gpu] * 100
+        if drop > limit:
+            out.append(f"GPU{gpu} GEMM {gflops:g} gigaflops in iteration {n}, {drop:.1f}% below its first "
+                       f"({first[gpu]:g}; limit {limit:g}%)")
+    return first, out
+
+
 def _new_xids(ctx: NodeContext) -> tuple[Optional[list[Any]], str]:
     """The Xid events of the kernel log after the burn-in that the light batch's log did not have (None: the log
     after it could not be read, with why)."""
@@ -187,15 +208,16 @@ def _new_xids(ctx: NodeContext) -> tuple[Optional[list[Any]], str]:
 
 @register("burnin.load", collectors=(SAMPLER, LOAD, KMSG_AFTER, KMSG))
 def burnin_load(ctx: NodeContext) -> list[Finding]:
-    """Runs with ``validate --burn-in DURATION``: iterations of ``dcgmi diag -r 2 -j`` (host var
-    ``burnin_dcgm_level``; its stress plugins load every GPU) and the node's nccl-tests ``all_reduce_perf``, each
-    under its own timeout, until DURATION has passed; then ``dmesg -k``. FAIL when an Xid event is in the kernel
-    log after the burn-in that was not in it before (the light batch's ``dmesg``), when any iteration's DCGM diag
-    failed, when
-    all_reduce_perf failed or counted wrong values, or when an iteration's average bus bandwidth is below the
-    first iteration's by more than the profile's ``burnin.figure_drop_pct`` (default 5%). PASS: every iteration
-    passed at the first one's speed. ERROR when the load was cut off, a test did not finish or its output could
-    not be read. Remediation: ISOLATE the node; the evidence file holds every iteration's output."""
+    """Runs with ``validate --burn-in DURATION``: iterations of ``dcgmi diag -r 3 -j`` (host var
+    ``burnin_dcgm_level``; level 3's Diagnostic and Targeted Stress plugins are a GEMM load on every GPU, Targeted
+    Power and Memory Bandwidth load power and memory) and the node's nccl-tests ``all_reduce_perf``, each under its
+    own timeout, until DURATION has passed; then ``dmesg -k``. FAIL when an Xid event is in the kernel log after
+    the burn-in that was not in it before (the light batch's ``dmesg``), when any iteration's DCGM diag failed,
+    when all_reduce_perf failed or counted wrong values, or when a later iteration's figure is below the first
+    iteration's by more than the profile's ``burnin.figure_drop_pct`` (default 5%): the average bus bandwidth,
+    and each GPU's GEMM gigaflops (named by GPU). PASS: every iteration passed at the first one's speed. ERROR
+    when the load was cut off, a test did not finish or its output could not be read. Remediation: ISOLATE the
+    node; the evidence file holds every iteration's output."""
     gated = raw_gate(ctx, "burnin.load", LOAD, "the burn-in load (dcgmi, all_reduce_perf)",
                      "install DCGM and nccl-tests")
     if gated:
@@ -233,8 +255,12 @@ def burnin_load(ctx: NodeContext) -> list[Finding]:
     for n, bw in fell:
         failed.append(f"iteration {n} busbw {bw:g} GB/s, {(first - bw) / first * 100:.1f}% below the first "
                       f"({first:g}; limit {limit:g}%)")
+    gemm_first, gemm_fell = _gemm_falls(run.steps, limit)
+    failed.extend(gemm_fell)
     iterations = max(s.iteration for s in run.steps)
     shape = f"{iterations} iteration(s)" + (f", busbw {first:g} -> {figures[-1][1]:g} GB/s" if figures else "")
+    if gemm_first:
+        shape += f", GEMM on {len(gemm_first)} GPU(s)"
     if run.done is None:
         unknown.append("the load was cut off before its end")
     xids, why = _new_xids(ctx)

@@ -19,9 +19,12 @@ each under its own timeout, their outputs kept apart:
       @@end running          (the loop ran for the whole duration and was stopped)
       @@end exited <rc>      (nvidia-smi's loop ended early by itself: driver gone, bad field)
 
-- ``burnin_load``: ``sh -c LOAD nvdeploy-burnin-load DURATION_S DCGM_LEVEL DCGM_TIMEOUT NCCL_TIMEOUT NCCL_ARGV...``:
-  iterations of ``dcgmi diag -r LEVEL -j`` (its Diagnostic/Targeted Stress plugins are the per-GPU GEMM stress)
-  then the node's nccl-tests ``all_reduce_perf`` line (collect/nccl_commands.py), each under ``timeout -k``, until
+- ``burnin_load``: ``sh -c LOAD nvdeploy-burnin-load DURATION_S DCGM_LEVEL DCGM_TIMEOUT NCCL_TIMEOUT IGNORE
+  NCCL_ARGV...``: iterations of ``dcgmi diag -r LEVEL -j`` (level 3 by default: its Diagnostic and Targeted Stress
+  plugins are the per-GPU GEMM stress, and Diagnostic prints each GPU's gigaflops, which burnin.load follows from
+  iteration to iteration; levels 1 and 2 have no GEMM test), with ``--ignoreErrorCodes IGNORE`` where the run's
+  waivers name DCGM error codes for the node (``-``: none; config/waivers.py), then the node's nccl-tests
+  ``all_reduce_perf`` line (collect/nccl_commands.py), each under ``timeout -k``, until
   DURATION_S has passed; a new iteration starts only before then, so the last one may run past the sampled window
   by up to one iteration. Output::
 
@@ -48,6 +51,7 @@ from dataclasses import replace
 from typing import Any, Mapping, Optional, Sequence
 
 from nvdeploy.collect.collector import Collector
+from nvdeploy.collect.datacenter import DCGM_IGNORE_VAR
 from nvdeploy.collect.nccl_commands import NCCL_TIMEOUT_S, build_nccl_all_reduce
 from nvdeploy.transport.base import CommandSpec
 
@@ -64,7 +68,8 @@ QUERY_FIELDS = ("timestamp", "index", "temperature.gpu", "clocks.sm", "{reasons}
                 "ecc.errors.uncorrected.volatile.total")
 DEFAULT_INTERVAL_S = 5.0
 MIN_INTERVAL_S = 0.1
-DEFAULT_DCGM_LEVEL = 2
+# Level 3: the first with a GEMM load (Diagnostic, Targeted Stress), about 15 minutes an iteration.
+DEFAULT_DCGM_LEVEL = 3
 # One iteration's tests, each under its own limit inside the load script.
 BURNIN_DCGM_TIMEOUT_S = 1200.0
 KILL_GRACE_S = 10
@@ -88,14 +93,15 @@ if kill -0 $p 2>/dev/null; then kill $p 2>/dev/null; wait $p; echo "@@end runnin
 else wait $p; echo "@@end exited $?"; fi
 """
 
-LOAD_SCRIPT = r"""d=$1; lvl=$2; dt=$3; nt=$4; shift 4
+LOAD_SCRIPT = r"""d=$1; lvl=$2; dt=$3; nt=$4; ic=$5; shift 5
 end=$(( $(date +%s) + d ))
 n=0
 trap 'exit 143' HUP INT TERM
 while :; do
   n=$((n+1))
   echo "@@iteration $n dcgm"
-  timeout -k 10 "$dt" dcgmi diag -r "$lvl" -j
+  if [ "$ic" = - ]; then timeout -k 10 "$dt" dcgmi diag -r "$lvl" -j
+  else timeout -k 10 "$dt" dcgmi diag -r "$lvl" -j --ignoreErrorCodes "$ic"; fi
   echo "@@rc $?"
   echo "@@iteration $n nccl"
   timeout -k 10 "$nt" "$@"
@@ -131,7 +137,7 @@ def format_duration(seconds: float) -> str:
 
 
 def dcgm_level(host_vars: Mapping[str, Any]) -> int:
-    """The DCGM diag level each iteration runs: host var ``burnin_dcgm_level`` (1-4), else 2."""
+    """The DCGM diag level each iteration runs: host var ``burnin_dcgm_level`` (1-4), else 3."""
     value = host_vars.get("burnin_dcgm_level", DEFAULT_DCGM_LEVEL)
     try:
         level = int(value)
@@ -156,8 +162,9 @@ def sampler_argv(duration_s: float, interval_s: float) -> tuple[str, ...]:
 def load_argv(duration_s: float, host_vars: Mapping[str, Any], profile: Any) -> tuple[str, ...]:
     dcgm_timeout = _number(host_vars, "dcgm_timeout", BURNIN_DCGM_TIMEOUT_S)
     nccl_timeout = _number(host_vars, "nccl_timeout", NCCL_TIMEOUT_S)
+    ignore = host_vars.get(DCGM_IGNORE_VAR) or "-"
     return ("sh", "-c", LOAD_SCRIPT, LOAD_HELPER, str(int(round(duration_s))), str(dcgm_level(host_vars)),
-            str(int(dcgm_timeout)), str(int(nccl_timeout)), *build_nccl_all_reduce(host_vars, profile))
+            str(int(dcgm_timeout)), str(int(nccl_timeout)), str(ignore), *build_nccl_all_reduce(host_vars, profile))
 
 
 def sampler_timeout(duration_s: float) -> float:
@@ -193,7 +200,7 @@ BURNIN_SAMPLER = Collector(
                 "(nvidia-smi --query-gpu ... -lms) for the burn-in's duration")
 BURNIN_LOAD = Collector(
     LOAD, ("sh", "-c", LOAD_SCRIPT, LOAD_HELPER, str(int(_CATALOG_DURATION_S)), str(DEFAULT_DCGM_LEVEL),
-           str(int(BURNIN_DCGM_TIMEOUT_S)), str(int(NCCL_TIMEOUT_S)), "all_reduce_perf"),
+           str(int(BURNIN_DCGM_TIMEOUT_S)), str(int(NCCL_TIMEOUT_S)), "-", "all_reduce_perf"),
     load_timeout(_CATALOG_DURATION_S, {}), heavy=True, max_bytes=LOAD_MAX_BYTES, timeout_var="burnin_load_timeout",
     build=_not_planned,
     description="burn-in load: DCGM diag and nccl-tests all_reduce_perf iterations for the burn-in's duration")

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from nvdeploy.parsers.dcgm import DcgmDiagFacts, parse_dcgm_diag
+from nvdeploy.parsers.dcgm import DcgmDiagFacts, diagnostic_gflops, parse_dcgm_diag
 from nvdeploy.parsers.nccl_tests import NcclFacts, parse_nccl_tests
 
 _HEADER = re.compile(r"@@burnin-sampler\s+(\d+)\s+(\d+)\s+(\S+)\s*$")
@@ -149,6 +149,12 @@ class LoadStep:
     rc: Optional[int]
     dcgm: Optional[DcgmDiagFacts] = None
     nccl: Optional[NcclFacts] = None
+
+    @property
+    def gflops(self) -> dict[str, float]:
+        """{GPU index (str): gigaflops} of this iteration's DCGM Diagnostic (GEMM) test; {} for nccl, or a level
+        without that test."""
+        return diagnostic_gflops(self.dcgm) if self.dcgm is not None else {}
 
 
 @dataclass(frozen=True)

@@ -636,3 +636,24 @@ def parse_dcgm_discovery(text: str) -> DcgmDiscoveryFacts:
         warnings.append("no GPU table found")
     return DcgmDiscoveryFacts(tuple(DcgmGpu(g["id"], g.get("name"), g.get("pci_bus_id"), g.get("uuid")) for g in gpus),
                               tuple(switches), tuple(warnings), unreachable, counts.get("gpu"), counts.get("switch"))
+
+
+# DCGM's Diagnostic (GEMM) plugin reports each GPU's figure as an info message of that GPU's result
+# (tests/fixtures/real/fragments/dcgmi-diag-json-dcgm4-r3-8gpu-diagnostic-test-object-trailing-comma.json).
+_GFLOPS = re.compile(r"GPU (\d+) calculated at approximately ([0-9]+(?:\.[0-9]+)?) gigaflops")
+
+
+def diagnostic_gflops(diag: DcgmDiagFacts) -> dict[str, float]:
+    """{GPU index (str): gigaflops} that one diag run's Diagnostic test printed; {} when it printed none (r1/r2 have
+    no Diagnostic test; DCGM 3's text output has no info messages)."""
+    out: dict[str, float] = {}
+    for test in diag.tests:
+        if test.name.lower() not in ("diagnostic", "diagnostics"):
+            continue
+        for result in test.results:
+            for message in result.messages:
+                match = _GFLOPS.search(message)
+                # The GPU the message names: a result for "all GPUs" still carries one figure per GPU.
+                if match and (result.gpu is None or int(match.group(1)) == result.gpu):
+                    out[match.group(1)] = float(match.group(2))
+    return out

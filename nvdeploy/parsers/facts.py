@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from typing import Any, Mapping, Optional
 
 from nvdeploy.parsers.burnin import SamplerRun, parse_load, parse_sampler
 from nvdeploy.parsers.catalog import catalog_facts, catalog_summary
+from nvdeploy.parsers.dcgm import DcgmDiagFacts, diagnostic_gflops
 from nvdeploy.parsers.kmsg import parse_kmsg
 from nvdeploy.parsers.lspci import parse_lspci
 from nvdeploy.parsers.nvidia_smi import parse_xml, xml_understood
@@ -184,25 +184,11 @@ def storage_figures(run: Optional[StorageRun]) -> dict[str, dict[str, float]]:
     return out
 
 
-# DCGM's Diagnostic (GEMM) plugin reports each GPU's figure as an info message of that GPU's result
-# (tests/fixtures/real/fragments/dcgmi-diag-json-dcgm4-r3-8gpu-diagnostic-test-object-trailing-comma.json).
-_GFLOPS = re.compile(r"GPU (\d+) calculated at approximately ([0-9]+(?:\.[0-9]+)?) gigaflops")
-
-
 def diag_gflops(diag: Mapping[int, Any]) -> dict[str, float]:
     """{GPU index (str): gigaflops} from the highest diag level whose Diagnostic test printed them (fleet.performance
     compares them across nodes); {} when none did (r1/r2 have no Diagnostic test; DCGM 3 text output has no info)."""
     for level in sorted(diag, reverse=True):
-        out: dict[str, float] = {}
-        for test in getattr(diag[level], "tests", ()):
-            if test.name.lower() not in ("diagnostic", "diagnostics"):
-                continue
-            for result in test.results:
-                for message in result.messages:
-                    match = _GFLOPS.search(message)
-                    # The GPU the message names: a result for "all GPUs" still carries one figure per GPU.
-                    if match and (result.gpu is None or int(match.group(1)) == result.gpu):
-                        out[match.group(1)] = float(match.group(2))
+        out = diagnostic_gflops(diag[level]) if isinstance(diag[level], DcgmDiagFacts) else {}
         if out:
             return out
     return {}

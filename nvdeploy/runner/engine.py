@@ -270,8 +270,8 @@ class NodeRunner:
             reach = Finding("system.reachable", Verdict.PASS, f"connected over {host.connection} in {connected:.2f} s",
                             node=host.name, observed=round(connected, 3), unit="s")
             needed = [c for check_id in self.node_checks for c in CHECKS[check_id].collectors]
-            heavy = [s for s in specs_for(needed, _heavy_vars(host, profile, self.options.waivers), heavy=True,
-                                          profile=profile)
+            heavy_vars = _heavy_vars(host, profile, self.options.waivers)
+            heavy = [s for s in specs_for(needed, heavy_vars, heavy=True, profile=profile)
                      if s.name not in BURNIN_COLLECTORS]
             burn_in: list[CommandSpec] = []
             no_burn_in: dict[str, HeavySkip] = {}
@@ -280,7 +280,7 @@ class NodeRunner:
                     # A burn-in check chosen without --burn-in: nothing says how long; its checks are ERROR not_run.
                     no_burn_in = {name: NO_BURN_IN_SKIP for name in BURNIN_COLLECTORS}
                 else:
-                    burn_in = burnin_specs(host.vars, profile, self.options.burn_in_s,
+                    burn_in = burnin_specs(heavy_vars, profile, self.options.burn_in_s,
                                            self.options.burn_in_interval_s)
             if heavy or burn_in:
                 needed += [c for c in GUARD_COLLECTORS if c not in needed]

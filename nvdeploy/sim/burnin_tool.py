@@ -9,7 +9,9 @@ answers on this node (its faults included).
 
 Fault ``throttle_after:<MIN>[:<GPU>]`` (every GPU without ``:<GPU>``): after MIN minutes of load the GPU overheats:
 its temperature climbs past 87 C, SW thermal slowdown (0x20) is active and, two minutes later, HW thermal slowdown
-(0x40) too, and its SM clock falls to :data:`THROTTLED_CLOCK_MHZ` over five minutes.
+(0x40) too, and its SM clock falls to :data:`THROTTLED_CLOCK_MHZ` over five minutes; the DCGM Diagnostic (GEMM)
+figure of the load's iterations falls with it (read at each iteration's middle). On a fake SSH node, whose real
+shell runs the load script, the fake ``dcgmi`` knows no time into the load: only the sampler shows the throttle.
 """
 
 from __future__ import annotations
@@ -61,15 +63,21 @@ def _throttle(scenario: NodeScenario) -> dict[Optional[int], float]:
     return out
 
 
+def _clock(t: float, after: Optional[float]) -> float:
+    """The SM clock ``t`` seconds into the load of a GPU that throttles ``after`` seconds in (None: never)."""
+    if after is None or t < after:
+        return LOAD_CLOCK_MHZ
+    return LOAD_CLOCK_MHZ - (LOAD_CLOCK_MHZ - THROTTLED_CLOCK_MHZ) * min(1.0, (t - after) / 300.0)
+
+
 def _row(when: datetime.datetime, gpu: int, t: float, after: Optional[float], power_limit: float,
          ecc: str) -> str:
     temperature = 55.0 + 15.0 * min(1.0, t / 600.0)
-    clock, reasons = LOAD_CLOCK_MHZ, 0
+    clock, reasons = _clock(t, after), 0
     if after is not None and t >= after:
         hot = t - after
         temperature = min(93.0, 87.0 + hot / 60.0)
         reasons = SW_THERMAL | (HW_THERMAL if hot >= 120 else 0)
-        clock = LOAD_CLOCK_MHZ - (LOAD_CLOCK_MHZ - THROTTLED_CLOCK_MHZ) * min(1.0, hot / 300.0)
     power = round(power_limit * (0.93 if reasons == 0 else 0.8) + (gpu % 3), 2)
     stamp = when.strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
     return f"{stamp}, {gpu}, {temperature:.0f}, {clock:.0f}, 0x{reasons:016X}, {power:.2f}, {ecc}\n"
@@ -120,14 +128,36 @@ def _sampler_loop(scenario: NodeScenario, args: Sequence[str]) -> Optional[ToolO
                       repeat=lambda elapsed: _rows_at(scenario, elapsed).encode())
 
 
-def load_text(scenario: NodeScenario, duration_s: float, level: str, nccl_argv: Sequence[str]) -> str:
+_GFLOPS_MESSAGE = re.compile(r"GPU (\d+) calculated at approximately ([0-9.]+) gigaflops")
+
+
+def _gemm_at(scenario: NodeScenario, dcgm_json: str, t: float) -> str:
+    """The diag's output for an iteration ``t`` seconds into the load: a throttling GPU's Diagnostic (GEMM) figure
+    falls with its SM clock."""
+    throttle = _throttle(scenario)
+    if not throttle:
+        return dcgm_json
+
+    def scaled(match: re.Match) -> str:
+        gpu = int(match.group(1))
+        factor = _clock(t, throttle.get(gpu, throttle.get(None))) / LOAD_CLOCK_MHZ
+        return f"GPU {gpu} calculated at approximately {float(match.group(2)) * factor:.2f} gigaflops"
+
+    return _GFLOPS_MESSAGE.sub(scaled, dcgm_json)
+
+
+def load_text(scenario: NodeScenario, duration_s: float, level: str, nccl_argv: Sequence[str],
+              ignore_codes: str = "-") -> str:
     iterations = max(1, math.ceil(duration_s / ITERATION_S))
-    # Each iteration prints what that tool prints on this node: computed once, the node does not change meanwhile.
-    dcgm = run_tool(scenario, ("dcgmi", "diag", "-r", level, "-j"))
+    # Each iteration prints what that tool prints on this node: computed once, the node does not change meanwhile
+    # (but for a throttling GPU's GEMM figure, read at the middle of the iteration).
+    diag = ("dcgmi", "diag", "-r", level, "-j") + (("--ignoreErrorCodes", ignore_codes) if ignore_codes != "-" else ())
+    dcgm = run_tool(scenario, diag)
     nccl = run_tool(scenario, tuple(nccl_argv))
     out = []
     for n in range(1, iterations + 1):
-        out.append(f"@@iteration {n} dcgm\n{dcgm.stdout.decode(errors='replace')}\n@@rc {dcgm.rc}\n")
+        text = _gemm_at(scenario, dcgm.stdout.decode(errors="replace"), (n - 0.5) * ITERATION_S)
+        out.append(f"@@iteration {n} dcgm\n{text}\n@@rc {dcgm.rc}\n")
         out.append(f"@@iteration {n} nccl\n{nccl.stdout.decode(errors='replace')}\n@@rc {nccl.rc}\n")
     out.append(f"@@done {iterations}\n")
     return "".join(out)
@@ -151,7 +181,7 @@ def kernel_log_after(scenario: NodeScenario) -> str:
 
 def _hook(scenario: NodeScenario, argv: Sequence[str]) -> Optional[ToolOutput]:
     # sh -c SAMPLER nvdeploy-burnin-sampler DURATION INTERVAL_MS
-    # sh -c LOAD nvdeploy-burnin-load DURATION LEVEL DCGM_TIMEOUT NCCL_TIMEOUT NCCL_ARGV...
+    # sh -c LOAD nvdeploy-burnin-load DURATION LEVEL DCGM_TIMEOUT NCCL_TIMEOUT IGNORE NCCL_ARGV...
     args = list(argv)
     if _strip_sudo(args) == ["dmesg", "-k"] and not scenario.has("hang"):
         return ToolOutput(kernel_log_after(scenario).encode())
@@ -165,10 +195,11 @@ def _hook(scenario: NodeScenario, argv: Sequence[str]) -> Optional[ToolOutput]:
         if scenario.has("hang"):
             return ToolOutput(b"", hang=True)
         return ToolOutput(sampler_text(scenario, duration, interval).encode(), virtual_s=duration)
-    if len(args) < 9:
+    if len(args) < 10:
         return ToolOutput(b"", b"sh: 1: shift: can't shift that many\n", 2)
     iterations = max(1, math.ceil(duration / ITERATION_S))
-    return ToolOutput(load_text(scenario, duration, args[5], args[8:]).encode(), virtual_s=iterations * ITERATION_S)
+    return ToolOutput(load_text(scenario, duration, args[5], args[9:], args[8]).encode(),
+                      virtual_s=iterations * ITERATION_S)
 
 
 def _loop_hook(scenario: NodeScenario, argv: Sequence[str]) -> Optional[ToolOutput]:

@@ -102,9 +102,11 @@ def test_cli_burn_in(tmp_path):
     assert done.exit_code == 1, done.output
     run_dir = next((tmp_path / "s" / "burn").iterdir())
     results = json.loads((run_dir / "results.json").read_text())
-    verdicts = {(n["name"], f["check"]): f["verdict"] for n in results["nodes"] for f in n["findings"]
-                if f["check"] == "burnin.load"}
-    assert verdicts == {("good", "burnin.load"): "PASS", ("hot", "burnin.load"): "PASS"}
+    load = {n["name"]: f for n in results["nodes"] for f in n["findings"] if f["check"] == "burnin.load"}
+    assert {name: f["verdict"] for name, f in load.items()} == {"good": "PASS", "hot": "FAIL"}
+    # Every GPU of the hot node throttles from 3 minutes: its DCGM GEMM figure falls with its clock.
+    assert "GPU0 GEMM" in load["hot"]["summary"] and "below its first" in load["hot"]["summary"], load["hot"]
+    assert "GEMM on 8 GPU(s)" in load["good"]["summary"], load["good"]
     assert (run_dir / "evidence" / "hot").is_dir()
 
 
@@ -153,3 +155,28 @@ def test_slurm_budget_covers_the_burn_in_once_per_node():
     assert "burnin_load 16580 s" in burn.detail
     # Burn-in checks planned without a duration run nothing, and cost nothing.
     assert worst_case(hosts, CATALOG, BURN, 64, 10.0, None).seconds == plain.seconds
+
+
+def test_a_waiver_of_dcgm_error_codes_reaches_the_burn_in_load_too(tmp_path, monkeypatch):
+    """The run's waivers give the burn-in's dcgmi diag the same --ignoreErrorCodes as the heavy stage's."""
+    from nvdeploy.config.waivers import load_waivers
+
+    loads: dict[str, tuple[str, ...]] = {}
+    original = SimTransport.run_batch
+
+    def spy(self, commands, deadline_s=None):
+        for command in commands:
+            if command.name == LOAD:
+                loads[self.scenario.name] = command.argv
+        return original(self, commands, deadline_s)
+
+    monkeypatch.setattr(SimTransport, "run_batch", spy)
+    waivers_file = tmp_path / "waivers.yaml"
+    waivers_file.write_text("waivers:\n  - check: dcgm.diag_r3\n    nodes: [good]\n    gpus: [3]\n"
+                            "    dcgm_error_codes: [101]\n    owner: ops\n    reason: RMA open\n"
+                            "    until: 2999-01-15\n")
+    outcome = run(tmp_path, {"good": [], "other": []}, waivers=tuple(load_waivers(waivers_file)))
+    # sh -c SCRIPT nvdeploy-burnin-load DURATION LEVEL DCGM_TIMEOUT NCCL_TIMEOUT IGNORE NCCL_ARGV...
+    assert loads["good"][8] == "gpu3:101" and loads["other"][8] == "-", loads
+    burned = {n.name: [f.verdict for f in n.findings if f.check == "burnin.load"] for n in outcome.run.nodes}
+    assert burned == {"good": [Verdict.PASS], "other": [Verdict.PASS]}

@@ -30,6 +30,7 @@ from nvdeploy.collect.burnin_commands import (
     sampler_argv,
 )
 from nvdeploy.collect.catalog import specs_for
+from nvdeploy.collect.datacenter import DCGM_IGNORE_VAR
 from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.parsers.burnin import parse_load, parse_sampler
 from nvdeploy.results import ErrorReason, Remediation, Verdict
@@ -111,11 +112,15 @@ def test_planned_specs_carry_the_runs_duration_and_the_hosts_nccl_line():
     assert specs[SAMPLER].argv[3:] == ("nvdeploy-burnin-sampler", "1800", "2000")
     assert specs[SAMPLER].timeout_s == 1860
     load = specs[LOAD].argv
-    assert load[3:8] == ("nvdeploy-burnin-load", "1800", "2", "1200", "600")
-    assert any(a.endswith("all_reduce_perf") and a.startswith("/opt/nccl tests/build") for a in load[8:])
+    # Level 3 (the first with a GEMM test); "-": no waiver names DCGM error codes for this node.
+    assert load[3:9] == ("nvdeploy-burnin-load", "1800", "3", "1200", "600", "-")
+    assert any(a.endswith("all_reduce_perf") and a.startswith("/opt/nccl tests/build") for a in load[9:])
     # The duration, one more iteration of both tests, their kill grace and slack.
     assert specs[LOAD].timeout_s == 1800 + 1200 + 600 + 20 + 60
-    assert load_argv(60, {"burnin_dcgm_level": 9}, profile)[5] == "2"  # out of range: the default
+    assert load_argv(60, {"burnin_dcgm_level": 9}, profile)[5] == "3"  # out of range: the default
+    assert load_argv(60, {"burnin_dcgm_level": 2}, profile)[5] == "2"
+    waived = load_argv(60, {DCGM_IGNORE_VAR: "gpu3:40;gpu5:101"}, profile)
+    assert waived[8] == "gpu3:40;gpu5:101"  # one argv word: the script passes it to --ignoreErrorCodes quoted
 
 
 def test_sampler_script_runs_for_its_duration_and_stops_the_loop(tmp_path):
@@ -290,6 +295,53 @@ def test_a_later_iteration_slower_than_the_first_fails():
     assert load[0].verdict is Verdict.PASS
 
 
+def _gemm_load(gflops) -> str:
+    """Load iterations whose DCGM diag (level 3, the simulator's) prints ``gflops(n, gpu)`` for each GPU."""
+    import re
+
+    scenario = NodeScenario("node01", ProfileCatalog().get("h100-sxm-8x"), ())
+    dcgm = run_tool(scenario, ("dcgmi", "diag", "-r", "3", "-j")).stdout.decode()
+    assert "gigaflops" in dcgm
+    out = [load_text(1).split("@@iteration 1 nccl\n", 1)[1].join(["@@iteration {n} nccl\n", ""])]
+    text = []
+    for n in (1, 2, 3):
+        def figure(match: re.Match, n: int = n) -> str:
+            return f"GPU {match.group(1)} calculated at approximately {gflops(n, int(match.group(1))):.2f} gigaflops"
+
+        diag = re.sub(r"GPU (\d+) calculated at approximately [0-9.]+ gigaflops", figure, dcgm)
+        text.append(f"@@iteration {n} dcgm\n{diag}\n@@rc 0\n" + out[0].replace("{n}", str(n)))
+    return "".join(text) + "@@done 3\n"
+
+
+def test_a_gpu_whose_gemm_falls_in_a_later_iteration_fails_by_name():
+    load_run = parse_load(_gemm_load(lambda n, g: 850.0 if g != 4 or n == 1 else 780.0))
+    assert [s.gflops.get("4") for s in load_run.steps if s.test == "dcgm"] == [850.0, 780.0, 780.0]
+    _, load = judge(series(), _gemm_load(lambda n, g: 850.0 if g != 4 or n == 1 else 780.0))
+    assert load[0].verdict is Verdict.FAIL and load[0].remediation is Remediation.ISOLATE
+    assert "GPU4 GEMM 780 gigaflops in iteration 2, 8.2% below its first (850; limit 5%)" in load[0].summary
+    assert "GPU3" not in load[0].summary
+    _, load = judge(series(), _gemm_load(lambda n, g: 850.0 - 10 * n))  # within 5%: noise, not a slowdown
+    assert load[0].verdict is Verdict.PASS and "GEMM on 8 GPU(s)" in load[0].summary
+
+
+def test_load_script_passes_waived_error_codes_as_one_word(tmp_path):
+    """The real script with a stand-in dcgmi that prints its argv: ``-`` adds nothing, a waiver's value is one
+    word after --ignoreErrorCodes (its ';' is DCGM's separator, never the shell's)."""
+    for tool in ("dcgmi", "all_reduce_perf"):
+        fake = tmp_path / tool
+        fake.write_text("#!/bin/sh\nfor a in \"$@\"; do printf '<%s>' \"$a\"; done; echo\n")
+        fake.chmod(0o755)
+    profile = ProfileCatalog().get("h100-sxm-8x")
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    for codes, expected in (("-", "<diag><-r><3><-j>\n"),
+                            ("gpu3:40;gpu5:101", "<diag><-r><3><-j><--ignoreErrorCodes><gpu3:40;gpu5:101>\n")):
+        argv = list(load_argv(1, {DCGM_IGNORE_VAR: codes} if codes != "-" else {}, profile))
+        argv[argv.index(next(a for a in argv if a.endswith("all_reduce_perf")))] = str(tmp_path / "all_reduce_perf")
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=20, env=env)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split("@@iteration 1 dcgm\n", 1)[1].startswith(expected), done.stdout
+
+
 def test_a_failed_dcgm_iteration_fails_and_a_cut_off_load_is_error():
     _, load = judge(series(), load_text(2, dcgm_rc=226, dcgm_result="Fail"))
     assert load[0].verdict is Verdict.FAIL and "dcgm FAIL" in load[0].summary
@@ -326,8 +378,10 @@ def _sim(faults, duration=600, interval=5):
 def test_sim_healthy_node_passes_and_throttle_after_fails_after_its_minutes():
     stability, load = _sim(())
     assert {f.verdict for f in stability} == {Verdict.PASS} and load[0].verdict is Verdict.PASS
-    stability, _ = _sim(("throttle_after:4:2",))
+    stability, load = _sim(("throttle_after:4:2",))
     assert [(f.gpu, f.verdict) for f in stability if f.verdict is not Verdict.PASS] == [(2, Verdict.FAIL)]
+    # Its GEMM falls with its clock in the later iterations (and no other GPU's).
+    assert load[0].verdict is Verdict.FAIL and "GPU2 GEMM" in load[0].summary and "GPU1 " not in load[0].summary
     gpu2 = next(f for f in stability if f.gpu == 2)
     assert "sw_thermal_slowdown" in gpu2.summary and "from 4m00s" in gpu2.summary and "SM clock fell" in gpu2.summary
     # Throttling after the burn-in's end is not seen.

@@ -386,3 +386,70 @@ def test_via_slurm_multinode_nccl_is_one_srun_step_and_names_the_slow_node(slurm
     assert set(nodes) <= set(nodes_of(data))
     assert slurm.wait_for(lambda: not slurm.jobs(), KILL_WAIT_MARGIN_S), slurm.jobs()
     print(f"\nmulti-node srun steps (3 nodes x 2 ranks, {pattern}): " + "; ".join(steps))
+
+
+@SECOND_CLUSTER
+def test_via_slurm_burn_in_is_a_step_for_its_whole_duration_and_names_the_throttling_gpu(
+        slurm: SlurmTestCluster, tmp_path: Path) -> None:
+    """validate --burn-in 1m --via slurm: the sampler and load run as a Slurm step on each node, in real time (the
+    fake ``nvidia-smi -lms`` loops until the step's script stops it); the job's time limit covers the burn-in; the
+    GPU that throttles after 15 s is named, the steady nodes pass, and no job is left."""
+    for node in ("node1", "node2"):
+        slurm.set_faults(node, ("slow:all_reduce_perf:8",))
+    slurm.set_faults("node3", ("slow:all_reduce_perf:8", "throttle_after:0.25:5"))
+    started = time.monotonic()
+    done = validate(slurm, inventory(tmp_path, "slurm: {partition: debug, nodes: 'node[1-3]', timeout: 20}",
+                                     vars_="command_timeout: 90"),
+                    tmp_path, "--via", "slurm", "--burn-in", "1m", "--burn-in-interval", "1", timeout=280)
+    took = time.monotonic() - started
+    assert done.returncode == 1, done.stdout + done.stderr
+    data = results(tmp_path)
+    nodes = nodes_of(data)
+    assert not unreached(data), unreached(data)
+    stability = {n: [f for f in d["findings"] if f["check"] == "burnin.stability"] for n, d in nodes.items()}
+    for name in ("node1", "node2"):
+        assert len(stability[name]) == 8 and {f["verdict"] for f in stability[name]} == {"PASS"}, stability[name]
+    failed = [f for f in stability["node3"] if f["verdict"] != "PASS"]
+    assert [f["verdict"] for f in failed] == ["FAIL"] and failed[0]["summary"].startswith("GPU5: "), failed
+    # Samples a second apart for the whole minute: the step ran for the burn-in, not cut short by its time limit.
+    samples = int(stability["node1"][0]["summary"].split(" samples")[0].rsplit(" ", 1)[-1])
+    assert 45 <= samples <= 75, stability["node1"][0]["summary"]
+    load = [f for n in ("node1", "node2", "node3") for f in nodes[n]["findings"] if f["check"] == "burnin.load"]
+    assert load and {f["verdict"] for f in load} == {"PASS"}, load
+    (phase,) = [p for p in data["phases"] if p["phase"] == "slurm"]
+    # One step per stage: the burn-in's is the one that lasted the minute.
+    step_s = [float(note.split(" s, rc ")[0].rsplit(" ", 1)[-1]) for note in phase["notes"]
+              if note.startswith("srun step")]
+    assert any(55 <= s < 90 for s in step_s), phase["notes"]
+    assert slurm.wait_for(lambda: not slurm.jobs(), KILL_WAIT_MARGIN_S), slurm.jobs()
+    print(f"\nburn-in 1 min over Slurm, 3 nodes: whole run {took:.1f} s; steps: "
+          + "; ".join(n for n in phase["notes"] if n.startswith("srun step")))
+
+
+@SECOND_CLUSTER
+def test_via_slurm_sigterm_mid_burn_in_cancels_the_job_and_says_how_far_it_got(slurm: SlurmTestCluster,
+                                                                               tmp_path: Path) -> None:
+    for node in ("node1", "node2"):
+        slurm.set_faults(node, ("slow:all_reduce_perf:8",))
+    proc = slurm.popen("validate", "-i", str(inventory(tmp_path, "slurm: {partition: debug, nodes: 'node[1-2]', "
+                                                      "timeout: 20}", vars_="command_timeout: 90")),
+                       "--out", str(tmp_path / "out"), "--no-history", "--via", "slurm", "--burn-in", "10m",
+                       "--burn-in-interval", "1")
+    try:
+        # A job per stage: the light batch's (name ...-1), then the burn-in's (...-2); SIGTERM 8 s into the latter.
+        assert slurm.wait_for(lambda: any(j.split()[1:] and j.split()[1].endswith("-2") and "RUNNING" in j
+                                          for j in slurm.jobs()), 120), slurm.jobs()
+        time.sleep(8.0)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, out + err
+    assert slurm.wait_for(lambda: not slurm.jobs(), KILL_WAIT_MARGIN_S), slurm.jobs()
+    nodes = nodes_of(results(tmp_path))
+    for name in ("node1", "node2"):
+        burn = [f for f in nodes[name]["findings"] if f["check"].startswith("burnin.")]
+        assert burn and {f["verdict"] for f in burn} == {"ERROR"}, burn
+        assert any("into the 10m00s burn-in" in f["summary"] for f in burn), burn
+    assert not slurm.reasons(), slurm.reasons()  # an interrupted burn-in drains nothing

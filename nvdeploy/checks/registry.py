@@ -97,7 +97,9 @@ CLUSTER_CHECKS: dict[str, str] = {
         launcher node across every node that passed its own checks (``--nccl-pattern``: ``bisect``, the default, runs
         all nodes at once and splits a low set until the bad node is named; ``all`` runs them at once only;
         ``pairwise`` runs disjoint pairs in parallel rounds). Hosts from the inventory, ``mpirun --timeout``, NCCL
-        environment from ``nccl_env``, ``NCCL_ALGO=RING`` for 2-node runs. PASS: busbw at 8 GiB >= the profile's
+        environment from ``nccl_env``, ``NCCL_ALGO=RING`` for 2-node runs, and ``NCCL_MNNVL_ENABLE=0
+        NCCL_NVLS_ENABLE=0`` on trays of a multi-node NVLink domain (NVL72), so the run between trays goes over
+        InfiniBand, which this check judges (nccl.domain measures the NVLink side). PASS: busbw at 8 GiB >= the profile's
         ``nccl.multinode_busbw_gbps`` x ``floor_pct``, #wrong 0. FAIL on the localised node(s) and the cluster;
         ERROR (inconclusive) on every participant when a failing set was not localised. No round starts after the global
         ``--deadline`` (ERROR not_run), a round's timeouts end by it, and a bisection it stops names nobody.

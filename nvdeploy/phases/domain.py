@@ -27,6 +27,7 @@ from nvdeploy.config.inventory import Host
 from nvdeploy.config.profiles import Profile, ProfileCatalog
 from nvdeploy.phases.multinode import (
     DEADLINE_TEXT,
+    INFINIBAND_ONLY,
     DeadlinePassed,
     GroupRun,
     MultiNodeRunner,
@@ -43,7 +44,7 @@ from nvdeploy.runner.record import RunRecorder
 CHECK_ID = "nccl.domain"
 FABRIC_FACT = "nvlink_fabric"  # left on each tray by nvlink.fabric (nvdeploy/checks/nvlink_domain.py)
 MNNVL_ON = {"NCCL_MNNVL_ENABLE": "1", "NCCL_NVLS_ENABLE": "1"}
-MNNVL_OFF = {"NCCL_MNNVL_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"}
+MNNVL_OFF = INFINIBAND_ONLY
 NO_FLOOR = "no floor in the profile"
 DOMAIN_HINT = ("a slow tray sets the pace of the whole domain: check its NVLink cabling/cartridges and the switch "
                "trays (NVIDIA GB200 NVL Multi-Node Tuning Guide)")

@@ -38,6 +38,10 @@ CHECK_ID = "nccl.multinode"
 PATTERNS = ("all", "pairwise", "bisect")
 DEADLINE_TEXT = "the global --deadline passed"
 MESSAGE_SIZE = "8G"
+# On trays of a multi-node NVLink domain (an NVL72 rack) NCCL would carry a run between trays of one rack over
+# NVLink (MNNVL, NVLS), and this stage judges the inter-node network: it runs them over InfiniBand. nccl.domain
+# measures the NVLink side.
+INFINIBAND_ONLY = {"NCCL_MNNVL_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"}
 
 
 @dataclass(frozen=True)
@@ -223,7 +227,8 @@ def run_multinode(nodes: Sequence[NodeResult], hosts: Sequence[Host], catalog: P
                "the healthy nodes have different profiles; run one --limit per profile")
         return list(nodes), [Finding(CHECK_ID, Verdict.SKIP, f"multi-node nccl-tests not run: {why}")]
     profile = catalog.get(next(iter(profile_names)) or "")
-    runner = MultiNodeRunner([by_name[n] for n in healthy], catalog, options, recorder, hosts, deadline_at)
+    runner = MultiNodeRunner([by_name[n] for n in healthy], catalog, options, recorder, hosts, deadline_at,
+                             extra_env=INFINIBAND_ONLY if profile.nvlink_domain is not None else None)
     suspects: list[str] = []
     inconclusive: list[str] = []
     not_started: list[str] = []

@@ -113,3 +113,12 @@ def test_no_domain_run_starts_after_the_deadline_and_none_passes(tmp_path):
     assert "--deadline" in cluster[0].summary
     mine = [(n.name, f.verdict, f.reason) for n in nodes for f in n.findings if f.check == "nccl.domain"]
     assert mine == [(f"t{i}", Verdict.ERROR, ErrorReason.NOT_RUN) for i in (1, 2, 3)]
+
+
+def test_multinode_nccl_between_trays_runs_over_infiniband(outcome):
+    """nccl.multinode judges the inter-node network: on NVL72 trays its mpirun turns multi-node NVLink off, or NCCL
+    would carry the trays of one rack over NVLink and the InfiniBand verdict would be about NVLink."""
+    runs = [f for f in outcome.run.cluster_findings
+            if f.check == "nccl.multinode" and "all_reduce_perf on" in f.summary]
+    assert runs, [f.summary for f in outcome.run.cluster_findings if f.check == "nccl.multinode"]
+    assert all("NCCL_MNNVL_ENABLE=0 NCCL_NVLS_ENABLE=0" in f.summary for f in runs), [f.summary for f in runs]

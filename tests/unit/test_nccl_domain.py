@@ -115,3 +115,28 @@ def test_the_published_full_rack_run_clears_the_gb200_floor_at_8_gib():
     assert (Verdict.PASS, 846.82) in verdicts and all(v is not Verdict.FAIL for v, _ in verdicts)
     at_1g = next(r for r in facts.rows if r.size_bytes == 1 << 30)
     assert max(at_1g.busbw_oop, at_1g.busbw_ip) < exp.floor_gbps
+
+
+def test_multinode_stage_turns_mnnvl_off_only_on_nvlink_domain_trays(tmp_path):
+    """nccl.multinode's mpirun: NCCL_MNNVL_ENABLE=0 NCCL_NVLS_ENABLE=0 on GB200 trays (the InfiniBand is what it
+    judges), nothing added on HGX nodes, whose NVLS inside a node is part of their normal figure."""
+    from nvdeploy.config.inventory import load_inventory
+    from nvdeploy.config.levels import load_levels
+    from nvdeploy.config.profiles import ProfileCatalog
+    from nvdeploy.phases.validate import run_validate
+    from nvdeploy.runner.engine import EngineOptions
+
+    catalog = ProfileCatalog()
+    for profile, driver, on_trays in (("gb200-nvl72", "580.173.02", True), ("h100-sxm-8x", "550.90.07", False)):
+        path = tmp_path / f"{profile}.yaml"
+        path.write_text(f"all:\n  vars: {{cluster: c, connection: sim, profile: {profile}, "
+                        f"driver_version: \"{driver}\"}}\n  hosts: {{\"n[1:2]\": {{}}}}\n")
+        outcome = run_validate(load_inventory(path, catalog), catalog,
+                               EngineOptions(checks=("nccl.multinode",) + tuple(load_levels()["quick"])),
+                               tmp_path / f"out-{profile}", level="full")
+        summaries = [f.summary for f in outcome.run.cluster_findings if f.check == "nccl.multinode"]
+        bad = [(n.name, f.check, f.summary) for n in outcome.run.nodes for f in n.findings
+               if f.verdict.value in ("FAIL", "ERROR")]
+        assert any("all_reduce_perf on n[1-2]" in s for s in summaries), (summaries, bad)
+        assert all(("NCCL_MNNVL_ENABLE=0 NCCL_NVLS_ENABLE=0" in s) is on_trays for s in summaries
+                   if "all_reduce_perf on" in s), (profile, summaries)

@@ -86,6 +86,9 @@ FIGURES = (
            "nvbandwidth.copies", hint=_HOST_COPY_HINT),
     Figure("nvbandwidth_d2h_gbps", "nvbandwidth_d2h_gbps", "nvbandwidth device-to-host copy bandwidth", "GB/s", True,
            "nvbandwidth.copies", hint=_HOST_COPY_HINT),
+    Figure("burnin_sm_clock", "burnin_sm_clock_mhz", "SM clock under the burn-in's load (median)", "MHz", True,
+           "burnin.stability", hint="check the GPU's cooling (fans, airflow, heatsink), its power limit and power "
+           "delivery (nvidia-smi -q -d POWER,PERFORMANCE), then burn it in again"),
     # Set by the multi-node stage (phases/multinode.py), which runs before this check, with --nccl-pattern pairwise.
     Figure("nccl_pair_busbw", "nccl_pair_busbw_gbps", "two-node nccl-tests all_reduce busbw (pairwise, the node's "
            "best pair)", "GB/s", False, "nccl.multinode with --nccl-pattern pairwise",

@@ -99,11 +99,11 @@ CLUSTER_CHECKS: dict[str, str] = {
         ``pairwise`` runs disjoint pairs in parallel rounds). Hosts from the inventory, ``mpirun --timeout``, NCCL
         environment from ``nccl_env``, ``NCCL_ALGO=RING`` for 2-node runs, and ``NCCL_MNNVL_ENABLE=0
         NCCL_NVLS_ENABLE=0`` on trays of a multi-node NVLink domain (NVL72), so the run between trays goes over
-        InfiniBand, which this check judges (nccl.domain measures the NVLink side). PASS: busbw at 8 GiB >= the profile's
-        ``nccl.multinode_busbw_gbps`` x ``floor_pct``, #wrong 0. FAIL on the localised node(s) and the cluster;
-        ERROR (inconclusive) on every participant when a failing set was not localised. No round starts after the global
-        ``--deadline`` (ERROR not_run), a round's timeouts end by it, and a bisection it stops names nobody.
-        Remediation: ISOLATE the named node and check its InfiniBand ports and cables."""),
+        InfiniBand, which this check judges (nccl.domain measures the NVLink side). PASS: busbw at 8 GiB >= the
+        profile's ``nccl.multinode_busbw_gbps`` x ``floor_pct``, #wrong 0. FAIL on the localised node(s) and the
+        cluster; ERROR (inconclusive) on every participant when a failing set was not localised. No round starts
+        after the global ``--deadline`` (ERROR not_run), a round's timeouts end by it, and a bisection it stops
+        names nobody. Remediation: ISOLATE the named node and check its InfiniBand ports and cables."""),
     "nccl.domain": inspect.cleandoc("""nccl-tests all_reduce across each multi-node NVLink domain (NVL72 rack), on
         profiles with ``nvlink_domain`` (GB200/GB300 NVL72); nothing elsewhere.
         For each domain (the trays whose GPUs registered with one clusterUuid + cliqueId; named by their ``rack``),

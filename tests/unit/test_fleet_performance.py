@@ -306,3 +306,26 @@ def test_the_bandwidth_chart_marks_the_nodes_fleet_performance_named():
     assert judged[0].low == ("gpu10",)
     alone = bandwidth_charts(RunResult("r", "c", "validate", tuple(nodes)))
     assert alone[0].low == ()
+
+
+def test_a_gpu_clocking_below_its_peers_under_the_burn_in_load_is_named():
+    """The burn-in's median SM clock under load, per GPU: a GPU held back by its cooling or power delivery clocks
+    below its peers' without any throttle reason active, and only the fleet rule sees it."""
+    from nvdeploy.parsers.burnin import parse_sampler
+    from nvdeploy.parsers.facts import burnin_load_clocks
+
+    header = ("@@burnin-sampler 20 1000 timestamp,index,temperature.gpu,clocks.sm,clocks_event_reasons.active,"
+              "power.draw,ecc.errors.uncorrected.volatile.total")
+    rows = [f"2026/07/14 08:12:{10 + t:02d}.000, {g}, 65, {1980 if g != 2 else 1830}, 0x{0x1 if t < 2 else 0:016X}, "
+            f"600.00, 0" for t in range(12) for g in range(4)]
+    # The first two samples are idle (the load not yet started, 0x1) and at an idle clock: not counted.
+    rows[:8] = [r.replace(", 1980,", ", 345,").replace(", 1830,", ", 345,") for r in rows[:8]]
+    clocks = burnin_load_clocks(parse_sampler("\n".join([header, *rows, "@@end running"]) + "\n"))
+    assert clocks == {"0": 1980.0, "1": 1980.0, "2": 1830.0, "3": 1980.0}
+    nodes = [node(f"gpu{i:02d}", burnin_sm_clock_mhz={str(g): 1980.0 for g in range(8)}) for i in range(1, 10)]
+    nodes.append(node("gpu10", burnin_sm_clock_mhz={**{str(g): 1980.0 for g in range(8)}, "2": 1830.0}))
+    judged, cluster = evaluate_fleet(nodes)
+    (finding,) = [f for f in cluster if f.observed and f.observed.get("figure") == "burnin_sm_clock"]
+    assert finding.verdict is Verdict.FAIL and "gpu10 GPU2 1830 MHz (-7.6%) FAIL" in finding.summary
+    (named,) = [f for n in judged for f in n.findings if f.check == CHECK_ID]
+    assert named.node == "gpu10" and named.gpu == 2 and "cooling" in named.summary

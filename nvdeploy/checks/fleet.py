@@ -69,6 +69,16 @@ class Figure:
     per_path: bool = False
     key: Optional[str] = None  # the path of a per_path figure (set by :func:`expand`)
     hint: str = _GPU_HINT
+    # False: lower is better (a temperature): the outliers are those above the median.
+    higher_is_better: bool = True
+    # How a per_path figure's name reads for one key (:func:`expand`).
+    key_format: str = "{what} of {key}"
+    # The rule before the profile's fleet section overrides it (rule_for).
+    default_rule: FleetRule = DEFAULT_RULE
+
+    @property
+    def worse(self) -> str:
+        return "below" if self.higher_is_better else "above"
 
 
 FIGURES = (
@@ -89,6 +99,21 @@ FIGURES = (
     Figure("burnin_sm_clock", "burnin_sm_clock_mhz", "SM clock under the burn-in's load (median)", "MHz", True,
            "burnin.stability", hint="check the GPU's cooling (fans, airflow, heatsink), its power limit and power "
            "delivery (nvidia-smi -q -d POWER,PERFORMANCE), then burn it in again"),
+    # Set by the GPUDirect stage (phases/gpudirect.py), which runs before this check.
+    # Per GPU slot (a per_path figure keyed by GPU index): in an air-cooled chassis the GPUs nearest the exhaust run
+    # several degrees hotter than the others by design, so a GPU is compared with the same slot of its peers. Only
+    # WARN by default (fail_pct 100: never): what a hot GPU means is for an operator to look at (its fan, heatsink,
+    # paste, the rack's inlet), and the throttling it may cause is burnin.stability's FAIL. The warn percent is
+    # 5% above the slot's median (about 3-4 C at 65-75 C); z needs 3% as well.
+    Figure("burnin_temperature", "burnin_temperature_c", "GPU temperature under the burn-in's load (median)", "C",
+           False, "burnin.stability", per_path=True, key_format="{what}, GPU{key}", higher_is_better=False,
+           default_rule=FleetRule(warn_pct=5.0, fail_pct=100.0, z_min_pct=3.0),
+           hint="check the GPU's cooling (fan, heatsink and its paste, airflow, blanking panels) and the rack's inlet "
+           "temperature; it runs hotter than the same GPU slot of its peers under the same load"),
+    Figure("rdma_gpudirect", "rdma_gpudirect_gbps", "GPUDirect RDMA write bandwidth (ib_write_bw --use_cuda, the "
+           "node's best pair)", "Gb/s", False, "rdma.gpudirect",
+           hint="check the node's HCA and GPU placement (nvidia-smi topo -m), nvidia-peermem, the HCA firmware, its "
+           "ports, cables and switch ports, then re-test it with another node"),
     # Set by the multi-node stage (phases/multinode.py), which runs before this check, with --nccl-pattern pairwise.
     Figure("nccl_pair_busbw", "nccl_pair_busbw_gbps", "two-node nccl-tests all_reduce busbw (pairwise, the node's "
            "best pair)", "GB/s", False, "nccl.multinode with --nccl-pattern pairwise",
@@ -107,7 +132,8 @@ def expand(figure: Figure, *node_sets: Sequence[NodeResult]) -> list[Figure]:
             value = node.facts.get(figure.fact)
             if isinstance(value, Mapping):
                 keys.update(str(k) for k in value)
-    return [replace(figure, key=k, what=f"{figure.what} of {k}") for k in sorted(keys)]
+    ordered = sorted(keys, key=lambda k: (0, int(k), "") if k.isdigit() else (1, 0, k))
+    return [replace(figure, key=k, what=figure.key_format.format(what=figure.what, key=k)) for k in ordered]
 
 
 @dataclass(frozen=True)
@@ -147,12 +173,14 @@ class Judgement:
     baseline: str = ""
 
 
-def rule_for(section: Optional[Mapping[str, Any]], figure: str) -> Optional[FleetRule]:
-    """The rule of ``figure`` from a profile's ``fleet`` section (validated by profile_schema); None when the
-    profile turns the figure off (``figures: {<figure>: {enabled: false}}``)."""
+def rule_for(section: Optional[Mapping[str, Any]], figure: str,
+             defaults: FleetRule = DEFAULT_RULE) -> Optional[FleetRule]:
+    """The rule of ``figure`` from a profile's ``fleet`` section (validated by profile_schema) over ``defaults`` (the
+    figure's own); None when the profile turns the figure off (``figures: {<figure>: {enabled: false}}``)."""
     section = section or {}
     keys = FleetRule.__dataclass_fields__
-    values: dict[str, Any] = {k: section[k] for k in keys if k in section}
+    values: dict[str, Any] = {k: getattr(defaults, k) for k in keys}
+    values.update({k: section[k] for k in keys if k in section})
     per_figure = (section.get("figures") or {}).get(figure) or {}
     if per_figure.get("enabled") is False:
         return None
@@ -170,11 +198,14 @@ def robust_z(value: float, median: float, mad: float) -> Optional[float]:
     return MAD_Z * (value - median) / mad if mad > 0 else None
 
 
-def judge(samples: Sequence[Sample], rule: FleetRule = DEFAULT_RULE) -> Judgement:
+def judge(samples: Sequence[Sample], rule: FleetRule = DEFAULT_RULE, higher_is_better: bool = True) -> Judgement:
     """Judge one figure (higher is better) over ``samples`` of one profile: a sample is FAIL when it is
     ``fail_pct``% or more below the median or its robust z (0.6745 (x - median) / MAD) is <= -``fail_z``, WARN at
     ``warn_pct`` / -``warn_z``; a z counts only ``z_min_pct``% or more below the median. MAD 0 (every node alike):
-    the percent rule alone. Fewer than ``min_nodes`` distinct nodes: SKIP, whatever the values."""
+    the percent rule alone. Fewer than ``min_nodes`` distinct nodes: SKIP, whatever the values. With
+    ``higher_is_better`` False the same rule runs above the median (an Outlier's ``pct_below`` is then the percent
+    above it, and its z is >= +``warn_z``)."""
+    sign = 1.0 if higher_is_better else -1.0
     nodes = len({s.node for s in samples})
     if nodes < rule.min_nodes:
         return Judgement(Verdict.SKIP, nodes, len(samples), reason=(
@@ -191,12 +222,12 @@ def judge(samples: Sequence[Sample], rule: FleetRule = DEFAULT_RULE) -> Judgemen
     outliers = []
     for sample in samples:
         # Rounded so that a figure exactly at a threshold (3.5% below) is judged at it, not a float's width off.
-        pct = round((median - sample.value) / median * 100, 6)
+        pct = round(sign * (median - sample.value) / median * 100, 6)
         z = robust_z(sample.value, median, mad)
         z_counts = z is not None and pct >= rule.z_min_pct
-        if pct >= rule.fail_pct or (z_counts and z is not None and z <= -rule.fail_z):
+        if pct >= rule.fail_pct or (z_counts and z is not None and sign * z <= -rule.fail_z):
             verdict = Verdict.FAIL
-        elif pct >= rule.warn_pct or (z_counts and z is not None and z <= -rule.warn_z):
+        elif pct >= rule.warn_pct or (z_counts and z is not None and sign * z <= -rule.warn_z):
             verdict = Verdict.WARN
         else:
             continue
@@ -237,9 +268,9 @@ def _z_text(z: Optional[float]) -> str:
     return f"robust z {z:.1f}" if z is not None else "robust z n/a: no spread (MAD 0)"
 
 
-def _short(outlier: Outlier, unit: str) -> str:
+def _short(outlier: Outlier, unit: str, higher_is_better: bool = True) -> str:
     z = f", z {outlier.z:.1f}" if outlier.z is not None else ""
-    deviation = f"-{outlier.pct_below:.1f}%{z}"
+    deviation = f"{'-' if higher_is_better else '+'}{outlier.pct_below:.1f}%{z}"
     return f"{outlier.sample.label} {outlier.sample.value:g} {unit} ({deviation}) {outlier.verdict.value}"
 
 
@@ -263,9 +294,10 @@ def _cluster_finding(figure: Figure, profile: str, judgement: Judgement, rule: F
     assert judgement.median is not None and judgement.mad is not None
     # Each node's figure, its slowest GPU's for a per-GPU figure (one bad GPU holds the node back): one number per
     # node keeps a 10,000-node run's finding small; the outliers below name every GPU.
+    worst = min if figure.higher_is_better else max
     values: dict[str, float] = {}
     for sample in samples:
-        values[sample.node] = min(sample.value, values.get(sample.node, sample.value))
+        values[sample.node] = worst(sample.value, values.get(sample.node, sample.value))
     observed.update(median=round(judgement.median, 3), mad=round(judgement.mad, 3), min=judgement.low,
                     max=judgement.high, values=values,
                     outliers=[{"node": o.sample.node, "gpu": o.sample.gpu, "value": o.sample.value,
@@ -274,15 +306,18 @@ def _cluster_finding(figure: Figure, profile: str, judgement: Judgement, rule: F
     mad_pct = judgement.mad / judgement.median * 100
     stats = (f"median {judgement.median:g} {figure.unit}, MAD {judgement.mad:.3g} ({mad_pct:.2g}%), "
              f"lowest {judgement.low:g}, highest {judgement.high:g}")
-    expected = f"within {rule.warn_pct:g}% of the median and robust z > -{rule.warn_z:g}"
+    z_bound = f"> -{rule.warn_z:g}" if figure.higher_is_better else f"< +{rule.warn_z:g}"
+    z_out = f"<= -{rule.warn_z:g}" if figure.higher_is_better else f">= +{rule.warn_z:g}"
+    expected = f"within {rule.warn_pct:g}% of the median and robust z {z_bound}"
     if not judgement.outliers:
-        return Finding(CHECK_ID, Verdict.PASS, f"{head}: {stats}; none {rule.warn_pct:g}% below the median or at "
-                       f"robust z <= -{rule.warn_z:g}", observed=observed, expected=expected, unit=figure.unit,
+        return Finding(CHECK_ID, Verdict.PASS, f"{head}: {stats}; none {rule.warn_pct:g}% {figure.worse} the median "
+                       f"or at robust z {z_out}", observed=observed, expected=expected, unit=figure.unit,
                        profile=profile)
-    shown = "; ".join(_short(o, figure.unit) for o in judgement.outliers[:SHOWN_OUTLIERS])
+    shown = "; ".join(_short(o, figure.unit, figure.higher_is_better) for o in judgement.outliers[:SHOWN_OUTLIERS])
     more = len(judgement.outliers) - SHOWN_OUTLIERS
     named = fold(sorted({o.sample.node for o in judgement.outliers}))
-    return Finding(CHECK_ID, judgement.verdict, f"{head}: {stats}; {len(judgement.outliers)} below their peers "
+    peers = "below their peers" if figure.higher_is_better else "above their peers"
+    return Finding(CHECK_ID, judgement.verdict, f"{head}: {stats}; {len(judgement.outliers)} {peers} "
                    f"({named}): {shown}" + (f"; and {more} more" if more > 0 else ""), observed=observed,
                    expected=expected, unit=figure.unit, remediation=Remediation.INVESTIGATE, profile=profile)
 
@@ -293,6 +328,8 @@ def _node_finding(figure: Figure, profile: str, judgement: Judgement, rule: Flee
     assert judgement.median is not None
     sample = outlier.sample
     where = f"GPU{sample.gpu}: " if sample.gpu is not None else ""
+    if not figure.higher_is_better:
+        return _hot_finding(figure, profile, judgement, rule, outlier)
     threshold = (f"FAIL at {rule.fail_pct:g}% below or robust z <= -{rule.fail_z:g}" if outlier.verdict is Verdict.FAIL
                  else f"WARN at {rule.warn_pct:g}% below or robust z <= -{rule.warn_z:g}")
     floor = round(judgement.median * (1 - rule.warn_pct / 100), 3)
@@ -306,16 +343,33 @@ def _node_finding(figure: Figure, profile: str, judgement: Judgement, rule: Flee
         remediation=Remediation.INVESTIGATE, profile=profile)
 
 
+def _hot_finding(figure: Figure, profile: str, judgement: Judgement, rule: FleetRule, outlier: Outlier) -> Finding:
+    """A figure where lower is better (a temperature), above its peers'."""
+    assert judgement.median is not None
+    sample = outlier.sample
+    gpu = int(figure.key) if figure.key is not None and figure.key.isdigit() else sample.gpu
+    threshold = (f"FAIL at {rule.fail_pct:g}% above or robust z >= +{rule.fail_z:g}" if outlier.verdict is Verdict.FAIL
+                 else f"WARN at {rule.warn_pct:g}% above or robust z >= +{rule.warn_z:g}")
+    ceiling = round(judgement.median * (1 + rule.warn_pct / 100), 3)
+    return Finding(
+        CHECK_ID, outlier.verdict,
+        f"{figure.what} {sample.value:g} {figure.unit} is {outlier.pct_below:.1f}% above the median of "
+        f"{_population(judgement, figure, profile)} ({judgement.median:g} {figure.unit}; {_z_text(outlier.z)}): "
+        f"{threshold}: {figure.hint}", node=sample.node, observed=f"{sample.value:g} {figure.unit}",
+        expected=f"<= {ceiling:g} {figure.unit}, robust z < +{rule.warn_z:g}", gpu=gpu,
+        remediation=Remediation.INVESTIGATE, profile=profile)
+
+
 def judge_with_baseline(samples: Sequence[Sample], peers: Sequence[Sample], rule: FleetRule,
-                        baseline: str) -> Judgement:
+                        baseline: str, higher_is_better: bool = True) -> Judgement:
     """This run's ``samples`` judged among the baseline run's ``peers`` of the same profile (those of nodes not in
     this run): median and MAD over both, outliers named among this run's nodes only. Still SKIP when both together
     have fewer than ``min_nodes`` nodes."""
     here = {s.node for s in samples}
     pooled = list(samples) + [p for p in peers if p.node not in here]
-    judgement = judge(pooled, rule)
+    judgement = judge(pooled, rule, higher_is_better)
     if judgement.median is None:
-        return judge(samples, rule)
+        return judge(samples, rule, higher_is_better)
     outliers = tuple(o for o in judgement.outliers if o.sample.node in here)
     extra = len({s.node for s in pooled}) - len(here)
     return replace(judgement, outliers=outliers, verdict=Verdict.worst([o.verdict for o in outliers],
@@ -337,12 +391,13 @@ def evaluate_fleet(nodes: Sequence[NodeResult], rules: Optional[Mapping[str, Map
     for figure in (f for template in FIGURES for f in expand(template, nodes)):
         peers = samples_of(figure, base_nodes) if baseline is not None else {}
         for profile, samples in sorted(samples_of(figure, nodes).items()):
-            rule = rule_for(rules.get(profile), figure.id)
+            rule = rule_for(rules.get(profile), figure.id, figure.default_rule)
             if rule is None:
                 continue
-            judgement = judge(samples, rule)
+            judgement = judge(samples, rule, figure.higher_is_better)
             if judgement.median is None and peers.get(profile) and baseline is not None:
-                judgement = judge_with_baseline(samples, peers[profile], rule, baseline.run_id)
+                judgement = judge_with_baseline(samples, peers[profile], rule, baseline.run_id,
+                                                figure.higher_is_better)
             cluster.append(_cluster_finding(figure, profile, judgement, rule, samples))
             for outlier in judgement.outliers:
                 per_node[outlier.sample.node].append(_node_finding(figure, profile, judgement, rule, outlier))
@@ -353,8 +408,22 @@ def evaluate_fleet(nodes: Sequence[NodeResult], rules: Optional[Mapping[str, Map
 def _doc() -> str:
     """The ``checks show fleet.performance`` text, from the figures and default rule above."""
     rule = DEFAULT_RULE
-    figures = "; ".join(f"``{f.id}`` {f.what} ({f.unit}, from {f.source_check}{', per GPU' if f.per_gpu else ''}"
-                        f"{', per path: each path among the nodes that measured it' if f.per_path else ''})"
+    def scope(figure: Figure) -> str:
+        if figure.per_path and figure.key_format != Figure.key_format:
+            return ", per GPU slot: each GPU among the same GPU of the other nodes"
+        if figure.per_path:
+            return ", per path: each path among the nodes that measured it"
+        return ", per GPU" if figure.per_gpu else ""
+
+    def own_rule(figure: Figure) -> str:
+        if figure.higher_is_better and figure.default_rule == rule:
+            return ""
+        r = figure.default_rule
+        fail = "never FAIL" if r.fail_pct >= 100 else f"FAIL at {r.fail_pct:g}%"
+        return (f"; lower is better: WARN at {r.warn_pct:g}% above the median or z >= +{r.warn_z:g} (with "
+                f"{r.z_min_pct:g}% above), {fail} by default")
+
+    figures = "; ".join(f"``{f.id}`` {f.what} ({f.unit}, from {f.source_check}{scope(f)}{own_rule(f)})"
                         for f in FIGURES)
     paragraphs = (
         "Judges each measured figure of a node against its peers: the nodes of the same profile in this run. "

@@ -43,6 +43,10 @@ def measured_figures(*node_sets: Sequence[NodeResult]) -> list[Figure]:
     """fleet.performance's figures, a per-path one (storage) as one figure per path some node measured."""
     out: list[Figure] = []
     for figure in FIGURES:
+        # A temperature follows the room (the season, the rack's inlet) as much as the GPU between two windows:
+        # compared with its peers of the same run only.
+        if not getattr(figure, "higher_is_better", True):
+            continue
         # getattr: per-path figures are newer than the Figure type this module was first written against.
         if getattr(figure, "per_path", False):
             from nvdeploy.checks.fleet import expand  # type: ignore[attr-defined]

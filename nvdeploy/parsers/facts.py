@@ -123,21 +123,25 @@ def summary_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
     clocks = burnin_load_clocks(facts.get("burnin_sampler"))
     if clocks:
         out["burnin_sm_clock_mhz"] = clocks
+    temperatures = burnin_load_clocks(facts.get("burnin_sampler"), "temperature_c")
+    if temperatures:
+        out["burnin_temperature_c"] = temperatures
     return out
 
 
 GPU_IDLE_BIT = 0x1  # nvmlClocksEventReasonGpuIdle: the GPU had no work at that instant
 
 
-def burnin_load_clocks(run: Optional[SamplerRun]) -> dict[str, float]:
-    """{GPU index (str): median SM clock (MHz) of the burn-in's samples under load}: fleet.performance compares it
-    across nodes, since under the same load a GPU held back by its cooling or power delivery clocks below its peers
-    even when no throttle reason says so. Under load: a clock and the reasons were read, and the GPU-idle bit is
-    clear (samples whose reasons are unreadable are not counted)."""
+def burnin_load_clocks(run: Optional[SamplerRun], field: str = "sm_clock_mhz") -> dict[str, float]:
+    """{GPU index (str): median of ``field`` (the SM clock in MHz, or ``temperature_c``) over the burn-in's samples
+    under load}: fleet.performance compares them across nodes, since under the same load a GPU held back by its
+    cooling or power delivery clocks below its peers, and runs hotter, even when no throttle reason says so. Under
+    load: the value and the reasons were read, and the GPU-idle bit is clear (samples whose reasons are unreadable
+    are not counted)."""
     out: dict[str, float] = {}
     for gpu in (run.gpus() if run is not None else ()):
-        loaded = [s.sm_clock_mhz for s in run.series(gpu)  # type: ignore[union-attr]
-                  if s.sm_clock_mhz is not None and s.reasons is not None and not s.reasons & GPU_IDLE_BIT]
+        loaded = [getattr(s, field) for s in run.series(gpu)  # type: ignore[union-attr]
+                  if getattr(s, field) is not None and s.reasons is not None and not s.reasons & GPU_IDLE_BIT]
         if loaded:
             out[str(gpu)] = round(statistics.median(loaded), 1)
     return out

@@ -329,3 +329,36 @@ def test_a_gpu_clocking_below_its_peers_under_the_burn_in_load_is_named():
     assert finding.verdict is Verdict.FAIL and "gpu10 GPU2 1830 MHz (-7.6%) FAIL" in finding.summary
     (named,) = [f for n in judged for f in n.findings if f.check == CHECK_ID]
     assert named.node == "gpu10" and named.gpu == 2 and "cooling" in named.summary
+
+
+def test_a_gpu_hotter_than_the_same_gpu_of_its_peers_warns_and_is_never_fail_by_default():
+    """Lower is better: the outliers are above the median, and a GPU is compared with the same GPU slot of the
+    other nodes (the GPUs nearest the exhaust run hotter by design: GPU7 at 78 C on every node is no outlier)."""
+    slots = {str(g): 66.0 + g * 1.5 for g in range(8)}  # 66 ... 76.5 C: the chassis' own gradient
+    nodes = [node(f"gpu{i:02d}", burnin_temperature_c=dict(slots)) for i in range(1, 10)]
+    nodes.append(node("gpu10", burnin_temperature_c={**slots, "2": 79.0}))  # GPU2 is 10 C above its slot's 69
+    judged, cluster = evaluate_fleet(nodes)
+    temperature = [f for f in cluster if f.observed and f.observed.get("figure") == "burnin_temperature"]
+    assert len(temperature) == 8  # one judgement per GPU slot
+    (hot,) = [f for f in temperature if f.verdict is not Verdict.PASS]
+    assert hot.verdict is Verdict.WARN and hot.observed["path"] == "2"
+    assert "gpu10 79 C (+14.5%) WARN" in hot.summary and "1 above their peers" in hot.summary
+    (named,) = [f for n in judged for f in n.findings if f.check == CHECK_ID]
+    assert named.node == "gpu10" and named.gpu == 2 and named.verdict is Verdict.WARN
+    assert "GPU2 79 C is 14.5% above the median" in named.summary and "cooling" in named.summary
+    assert named.expected.startswith("<= 72.45 C")
+    # A profile may make it FAIL.
+    _, cluster = evaluate_fleet(nodes, {H100: {"figures": {"burnin_temperature": {"fail_pct": 10}}}})
+    assert [f.verdict for f in cluster if f.observed and f.observed.get("path") == "2"
+            and f.observed.get("figure") == "burnin_temperature"] == [Verdict.FAIL]
+
+
+def test_a_cooler_gpu_is_never_a_temperature_outlier_and_drift_leaves_temperature_out():
+    from nvdeploy.checks.fleet_drift import measured_figures
+
+    result = judge(fleet([70.0] * 9 + [60.0]), DEFAULT_RULE, higher_is_better=False)
+    assert result.verdict is Verdict.PASS and result.outliers == ()
+    hot = judge(fleet([70.0] * 9 + [74.0]), FleetRule(warn_pct=5.0, fail_pct=100.0), higher_is_better=False)
+    assert [(o.sample.node, o.verdict, round(o.pct_below, 2)) for o in hot.outliers] == [("gpu10", Verdict.WARN,
+                                                                                           5.71)]
+    assert "burnin_temperature" not in {f.id for f in measured_figures([node("n", burnin_temperature_c={"0": 1})])}

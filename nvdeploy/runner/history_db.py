@@ -212,7 +212,7 @@ def rebuild_history(db_path: Union[str, Path], out_base: Union[str, Path], prune
             _insert(conn, run, str(run_dir.resolve()))
             recorded.append(run.run_id)
         kept, pruned = [], []
-        for row in conn.execute("SELECT run_id, run_dir FROM runs ORDER BY started_at").fetchall():
+        for row in conn.execute("SELECT run_id, run_dir FROM runs ORDER BY started_at, rowid").fetchall():
             if row["run_id"] in recorded:
                 continue
             if Path(row["run_dir"]).is_dir():
@@ -229,7 +229,8 @@ def list_runs(db_path: Union[str, Path], cluster: Optional[str] = None, since: O
               limit: Optional[int] = None) -> list[dict[str, Any]]:
     """Runs, oldest first (the newest ``limit`` of them when given)."""
     where, args = _filters(cluster=cluster, since=since)
-    query = f"SELECT * FROM runs {where} ORDER BY started_at DESC, run_id DESC"  # noqa: S608 - fixed column names
+    # Two runs started in the same second: in the order they were recorded (the run id's suffix is random).
+    query = f"SELECT * FROM runs {where} ORDER BY started_at DESC, rowid DESC"  # noqa: S608 - fixed column names
     if limit:
         query += f" LIMIT {int(limit)}"
     with _connect(Path(db_path), create=False) as conn:

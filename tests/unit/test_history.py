@@ -221,3 +221,5 @@ def test_runs_started_in_the_same_second_keep_the_order_they_were_recorded(tmp_p
     assert [(r["run_id"], r["nodes"]) for r in rows] == [
         (order[0], {"PASS": ["gpu01", "gpu03"], "FAIL": ["gpu02"]}),
         (order[1], {"PASS": ["gpu01", "gpu02", "gpu03"]})]
+    assert [r["run_id"] for r in list_runs(db)] == order
+    assert [r["run_id"] for r in list_runs(db, limit=1)] == order[1:]  # the newest recorded

@@ -24,7 +24,8 @@ each under its own timeout, their outputs kept apart:
   plugins are the per-GPU GEMM stress, and Diagnostic prints each GPU's gigaflops, which burnin.load follows from
   iteration to iteration; levels 1 and 2 have no GEMM test), with ``--ignoreErrorCodes IGNORE`` where the run's
   waivers name DCGM error codes for the node (``-``: none; config/waivers.py), then the node's nccl-tests
-  ``all_reduce_perf`` line (collect/nccl_commands.py), each under ``timeout -k``, until
+  ``all_reduce_perf`` line (collect/nccl_commands.py), each under ``timeout -k`` (the diag at its level's limit,
+  3600 s at level 3, or ``dcgm_timeout``), until
   DURATION_S has passed; a new iteration starts only before then, so the last one may run past the sampled window
   by up to one iteration. Output::
 
@@ -51,7 +52,7 @@ from dataclasses import replace
 from typing import Any, Mapping, Optional, Sequence
 
 from nvdeploy.collect.collector import Collector
-from nvdeploy.collect.datacenter import DCGM_IGNORE_VAR
+from nvdeploy.collect.datacenter import DCGM_IGNORE_VAR, DCGM_TIMEOUTS
 from nvdeploy.collect.nccl_commands import NCCL_TIMEOUT_S, build_nccl_all_reduce
 from nvdeploy.transport.base import CommandSpec
 
@@ -71,7 +72,7 @@ MIN_INTERVAL_S = 0.1
 # Level 3: the first with a GEMM load (Diagnostic, Targeted Stress), about 15 minutes an iteration.
 DEFAULT_DCGM_LEVEL = 3
 # One iteration's tests, each under its own limit inside the load script.
-BURNIN_DCGM_TIMEOUT_S = 1200.0
+# Each iteration's dcgmi diag: the limit of that level's own collector (collect/datacenter.py), or dcgm_timeout.
 KILL_GRACE_S = 10
 # Beyond the duration: the sampler's start and stop; the load's last iteration started just before the end.
 SAMPLER_SLACK_S = 60.0
@@ -146,6 +147,12 @@ def dcgm_level(host_vars: Mapping[str, Any]) -> int:
     return level if 1 <= level <= 4 else DEFAULT_DCGM_LEVEL
 
 
+def dcgm_iteration_timeout(host_vars: Mapping[str, Any]) -> float:
+    """One load iteration's limit for its dcgmi diag: host var ``dcgm_timeout``, else its level's own (3600 s at
+    level 3)."""
+    return _number(host_vars, "dcgm_timeout", DCGM_TIMEOUTS[dcgm_level(host_vars)])
+
+
 def _number(host_vars: Mapping[str, Any], key: str, default: float) -> float:
     try:
         value = float(host_vars.get(key) or default)
@@ -160,7 +167,7 @@ def sampler_argv(duration_s: float, interval_s: float) -> tuple[str, ...]:
 
 
 def load_argv(duration_s: float, host_vars: Mapping[str, Any], profile: Any) -> tuple[str, ...]:
-    dcgm_timeout = _number(host_vars, "dcgm_timeout", BURNIN_DCGM_TIMEOUT_S)
+    dcgm_timeout = dcgm_iteration_timeout(host_vars)
     nccl_timeout = _number(host_vars, "nccl_timeout", NCCL_TIMEOUT_S)
     ignore = host_vars.get(DCGM_IGNORE_VAR) or "-"
     return ("sh", "-c", LOAD_SCRIPT, LOAD_HELPER, str(int(round(duration_s))), str(dcgm_level(host_vars)),
@@ -173,7 +180,7 @@ def sampler_timeout(duration_s: float) -> float:
 
 def load_timeout(duration_s: float, host_vars: Mapping[str, Any]) -> float:
     """The duration, one more iteration started just before its end, and the kill grace of both its steps."""
-    return (duration_s + _number(host_vars, "dcgm_timeout", BURNIN_DCGM_TIMEOUT_S)
+    return (duration_s + dcgm_iteration_timeout(host_vars)
             + _number(host_vars, "nccl_timeout", NCCL_TIMEOUT_S) + 2 * KILL_GRACE_S + SAMPLER_SLACK_S)
 
 
@@ -200,7 +207,7 @@ BURNIN_SAMPLER = Collector(
                 "(nvidia-smi --query-gpu ... -lms) for the burn-in's duration")
 BURNIN_LOAD = Collector(
     LOAD, ("sh", "-c", LOAD_SCRIPT, LOAD_HELPER, str(int(_CATALOG_DURATION_S)), str(DEFAULT_DCGM_LEVEL),
-           str(int(BURNIN_DCGM_TIMEOUT_S)), str(int(NCCL_TIMEOUT_S)), "-", "all_reduce_perf"),
+           str(int(DCGM_TIMEOUTS[DEFAULT_DCGM_LEVEL])), str(int(NCCL_TIMEOUT_S)), "-", "all_reduce_perf"),
     load_timeout(_CATALOG_DURATION_S, {}), heavy=True, max_bytes=LOAD_MAX_BYTES, timeout_var="burnin_load_timeout",
     build=_not_planned,
     description="burn-in load: DCGM diag and nccl-tests all_reduce_perf iterations for the burn-in's duration")

@@ -113,10 +113,13 @@ def test_planned_specs_carry_the_runs_duration_and_the_hosts_nccl_line():
     assert specs[SAMPLER].timeout_s == 1860
     load = specs[LOAD].argv
     # Level 3 (the first with a GEMM test); "-": no waiver names DCGM error codes for this node.
-    assert load[3:9] == ("nvdeploy-burnin-load", "1800", "3", "1200", "600", "-")
+    # Level 3's diag limit (its collector's, 3600 s) for each iteration.
+    assert load[3:9] == ("nvdeploy-burnin-load", "1800", "3", "3600", "600", "-")
     assert any(a.endswith("all_reduce_perf") and a.startswith("/opt/nccl tests/build") for a in load[9:])
     # The duration, one more iteration of both tests, their kill grace and slack.
-    assert specs[LOAD].timeout_s == 1800 + 1200 + 600 + 20 + 60
+    assert specs[LOAD].timeout_s == 1800 + 3600 + 600 + 20 + 60
+    assert load_argv(60, {"burnin_dcgm_level": 2}, profile)[6] == "1200"
+    assert load_argv(60, {"dcgm_timeout": 900}, profile)[6] == "900"
     assert load_argv(60, {"burnin_dcgm_level": 9}, profile)[5] == "3"  # out of range: the default
     assert load_argv(60, {"burnin_dcgm_level": 2}, profile)[5] == "2"
     waived = load_argv(60, {DCGM_IGNORE_VAR: "gpu3:40;gpu5:101"}, profile)

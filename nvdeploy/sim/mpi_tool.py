@@ -25,7 +25,17 @@ from pathlib import Path
 
 from nvdeploy.config.hostrange import HostRangeError, expand
 from nvdeploy.sim import perf
-from nvdeploy.sim.nccl_tool import HEALTHY_MARGIN, LOW_BW_FACTOR, NCCL_CODE, NCCL_TESTS_VERSION, NCCL_VERSION, busbw_at
+from nvdeploy.sim.nccl_tool import (
+    HEALTHY_MARGIN,
+    LOW_BW_FACTOR,
+    NCCL_CODE,
+    NCCL_TESTS_VERSION,
+    NCCL_VERSION,
+    SCENARIO_ENV,
+    all_reduce_perf,
+    busbw_at,
+    process_env,
+)
 from nvdeploy.sim.nccl_tool import _bytes as parse_size
 from nvdeploy.sim.nccl_tool import _time as fmt_time
 from nvdeploy.sim.scenario import NodeScenario, node_facts, register_fault
@@ -126,6 +136,14 @@ def slurm_rank_output(scenario: NodeScenario, args: Sequence[str], env: Mapping[
     if unknown:
         return ToolOutput(b"", f"all_reduce_perf: no scenario for step node(s) {', '.join(unknown)}\n".encode(), 1)
     return multinode_table(scenario, hosts, env, args, faults)
+
+
+@register_tool("all_reduce_perf")
+def _all_reduce_perf(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
+    """Registered here rather than in nccl_tool.py: a rank of a multi-node Slurm step prints this module's table."""
+    env = process_env()
+    ranked = slurm_rank_output(scenario, args, env) if SCENARIO_ENV in os.environ else None
+    return ranked if ranked is not None else all_reduce_perf(scenario, args, env)
 
 
 @register_tool("mpirun")

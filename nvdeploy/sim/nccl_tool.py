@@ -10,7 +10,9 @@ test concluded``; exit 1 when a value was wrong or the average is below the gate
 Bandwidth: a healthy node reaches 1% above its hardware profile's ``nccl.all_reduce_busbw_gbps`` at 8 GiB
 (~481 GB/s for 8x H100 SXM), less at smaller sizes; profiles without a ``nccl`` section get 45 GB/s (PCIe Gen5)
 or 22 GB/s (Gen4). Environment: in process through ``env NAME=VALUE ... all_reduce_perf``; on a fake SSH node
-the real ``env`` runs the fake tool, which reads its own environment.
+the real ``env`` runs the fake tool, which reads its own environment. The ``all_reduce_perf`` tool itself is
+registered in nvdeploy/sim/mpi_tool.py: on a fake node started by ``srun`` across nodes it prints the whole
+multi-node job's table, which needs the multi-node code that builds on this module.
 
 Faults:
 
@@ -180,20 +182,11 @@ def all_reduce_perf(scenario: NodeScenario, args: Sequence[str], env: Mapping[st
     return ToolOutput(text.encode(), rc=1 if wrong_total or low_avg else 0)
 
 
-def _process_env() -> dict[str, str]:
+def process_env() -> dict[str, str]:
     """NCCL_* variables of this process, only when it runs as a fake tool on a fake SSH node."""
     if SCENARIO_ENV not in os.environ:
         return {}
     return {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
-
-
-@register_tool("all_reduce_perf")
-def _all_reduce_perf(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
-    from nvdeploy.sim.mpi_tool import slurm_rank_output  # mpi_tool imports this module
-
-    env = _process_env()
-    ranked = slurm_rank_output(scenario, args, env) if SCENARIO_ENV in os.environ else None
-    return ranked if ranked is not None else all_reduce_perf(scenario, args, env)
 
 
 @register_tool("env")

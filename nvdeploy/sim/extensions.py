@@ -12,8 +12,10 @@ from nvdeploy.sim import datacenter, dcgm_tool, nccl_tool  # noqa: E402,F401  is
 # Measured figures relative to a healthy node: the fleet's spread, slower:<PCT>, slower_gpu:<GPU>:<PCT>.
 from nvdeploy.sim import perf  # noqa: E402,F401  isort: skip
 
-# Stateful nodes: packages, services, modules, GPU settings that install/optimize change, kept across runs.
+# Stateful nodes: packages, services, modules, GPU settings that install/optimize change, kept across runs; the
+# package tools (apt, dnf and the rest of install's) and nvidia-smi's settings build on systools' helpers.
 from nvdeploy.sim import state, systools  # noqa: E402,F401  isort: skip
+from nvdeploy.sim import apt_tools, dnf_tools, pkgtools, smitools  # noqa: E402,F401  isort: skip
 
 # mpirun across the simulated cluster (multi-node nccl-tests).
 from nvdeploy.sim import mpi_tool  # noqa: E402,F401  isort: skip

@@ -1,5 +1,5 @@
 """Fake install tools of stateful simulated nodes: the package tools (``apt-get``, ``dpkg-query``, ``dpkg`` in
-apt_tools.py; ``dnf``, ``rpm`` in dnf_tools.py; what the repositories offer in pkgrepo.py, all imported from here),
+apt_tools.py; ``dnf``, ``rpm`` in dnf_tools.py; what the repositories offer in pkgrepo.py),
 ``curl -o``, the container toolkit's CLI (``nvidia-ctk`` runtime configure, cdi generate/list), the initramfs tools,
 a recursive grep of the package sources, and the remove helper and nv-hostengine rule as a tool hook.
 
@@ -18,7 +18,6 @@ import re
 from collections.abc import Sequence
 from typing import Optional
 
-from nvdeploy.sim import apt_tools, dnf_tools  # noqa: F401  (they register their tools on import)
 from nvdeploy.sim import state as st
 from nvdeploy.sim.dcgm_tool import HOSTENGINE_ERROR, HOSTENGINE_RC
 from nvdeploy.sim.pkgrepo import INITRAMFS, split_options, unreachable_host

@@ -15,7 +15,7 @@ from typing import Optional
 
 from nvdeploy.sim import state as st
 from nvdeploy.sim.scenario import NodeScenario, node_facts
-from nvdeploy.sim.systools import _not_found, _root, _text
+from nvdeploy.sim.systools import STATE_TOOLS, _not_found, _root, _text
 from nvdeploy.sim.tools import ToolOutput
 
 COMPUTE_MODES = {"0": "Default", "DEFAULT": "Default", "2": "Prohibited", "PROHIBITED": "Prohibited",
@@ -182,6 +182,9 @@ def nvidia_smi(scenario: NodeScenario, args: Sequence[str]) -> Optional[tuple[To
         return _text(f"Unable to set {what} for GPU {gpus[0].bus_id}: Insufficient Permissions\n"
                      "Terminating early due to previous errors.\n", rc=4), False
     return _smi_set(scenario, state, gpus, parsed)
+
+
+STATE_TOOLS["nvidia-smi"] = nvidia_smi
 
 
 def _smi_set(scenario: NodeScenario, state: st.NodeState, gpus: list,

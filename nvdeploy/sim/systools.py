@@ -12,8 +12,8 @@ nvidia-smi's settings in smitools.py. A hook (``TOOL_HOOKS``) that sees every co
 - ``systemctl`` (``is-active``, ``is-enabled``, ``enable [--now]``, ``disable``, ``start``, ``stop``, ``restart``,
   ``daemon-reload``, ``reboot``) from the node's units; ``is-active`` of a node whose state nothing touched is left
   to nvdeploy/sim/datacenter.py. ``lsmod`` likewise.
-- ``nvidia-smi`` settings and state queries (smitools.py); not found (127) without the driver package, exit 18
-  (driver/library mismatch) while an older module is loaded.
+- ``nvidia-smi`` settings and state queries (smitools.py, in ``STATE_TOOLS``); not found (127) without the driver
+  package, exit 18 (driver/library mismatch) while an older module is loaded.
 - ``nv-fabricmanager``, ``dcgmi``, ``nv-hostengine``, ``nvidia-ctk``, ``all_reduce_perf``: not found (127) until
   their package is installed.
 
@@ -474,6 +474,12 @@ def _helper(scenario: NodeScenario, name: str, args: list[str]) -> tuple[ToolOut
     return _text(stderr=f"{name}: bad arguments\n", rc=2), False
 
 
+# Stateful tools of the modules that build on this one (smitools.py: nvidia-smi's settings), answered inside this
+# hook so that their calls are logged like this module's own: name -> (output, whether the node changed), or None
+# when the tool runs as usual.
+STATE_TOOLS: dict[str, Callable[[NodeScenario, Sequence[str]], Optional[tuple[ToolOutput, bool]]]] = {}
+
+
 def _hook(scenario: NodeScenario, argv: Sequence[str]) -> Optional[ToolOutput]:
     if not argv:
         return None
@@ -490,8 +496,8 @@ def _hook(scenario: NodeScenario, argv: Sequence[str]) -> Optional[ToolOutput]:
     elif tool == "lsmod":
         if st.involved(scenario):
             handled = (_lsmod(scenario, st.current(scenario)), False)
-    elif tool == "nvidia-smi":
-        handled = smitools.nvidia_smi(scenario, args)
+    elif tool in STATE_TOOLS:
+        handled = STATE_TOOLS[tool](scenario, args)
     else:
         binary = tool
         if tool == "env":
@@ -550,6 +556,3 @@ def _sxid_log(scenario: NodeScenario, tool: str, args: Sequence[str], output: To
 
 
 OUTPUT_FILTERS.append(_sxid_log)
-
-# The package and nvidia-smi tools register themselves; they import the helpers above.
-from nvdeploy.sim import pkgtools, smitools  # noqa: E402,F401  isort: skip

@@ -1,7 +1,10 @@
 """Imports every module that extends the simulator with tools, faults or output filters.
 
-Each module below registers itself on import (``register_tool``, ``register_fault``, ``OUTPUT_FILTERS``). Add one
-import line per new module.
+Each module below registers itself on import (``register_tool``, ``register_fault``, ``OUTPUT_FILTERS``) into
+tools.py and scenario.py, which import none of them. The package's ``__init__`` imports this module, so whichever
+simulator module a caller imports, every tool and fault is known; no other module imports it (one of those below
+would be an import cycle). Add one import line per new module. The order is the registration order: the tool
+hooks and output filters run in it.
 """
 from nvdeploy.sim import chaos  # noqa: E402,F401  isort: skip
 from nvdeploy.sim import fake_nvml  # noqa: E402,F401

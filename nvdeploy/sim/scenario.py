@@ -93,8 +93,8 @@ HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 
 
 def validate_fault(fault: str) -> str | None:
-    """An error message for an unknown fault name; None when ``fault`` is known."""
-    _load_extensions()
+    """An error message for an unknown fault name; None when ``fault`` is known (this module's faults and those
+    the tool modules register: the package's ``__init__`` imports every one of them)."""
     if fault in KNOWN_FAULTS or XID_FAULT.fullmatch(fault):
         return None
     if fault in EXTRA_FAULTS and fault not in EXTRA_FAULT_PATTERNS:
@@ -103,11 +103,6 @@ def validate_fault(fault: str) -> str | None:
         return None
     known = ", ".join(sorted(KNOWN_FAULTS | set(EXTRA_FAULTS)))
     return f"unknown fault {fault!r} (known: {known}, or xid<N> such as xid79)"
-
-
-def _load_extensions() -> None:
-    """Importing the tools registers every fault the simulator knows."""
-    from nvdeploy.sim import tools  # noqa: F401
 
 
 @dataclass(frozen=True)

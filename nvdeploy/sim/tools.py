@@ -268,8 +268,3 @@ def journal_text(scenario: NodeScenario) -> str:
         when = BOOT_TIME + datetime.timedelta(seconds=t)
         lines.append(f"{when:%b %d %H:%M:%S} {host} kernel: {msg}\n")
     return "".join(lines)
-
-
-# Modules that register more simulated tools and faults (each imports register_tool/register_fault from here).
-# Add a line per module; keep it at the bottom so those modules can import this one.
-from nvdeploy.sim import extensions  # noqa: E402,F401  isort: skip

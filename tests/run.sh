@@ -60,6 +60,14 @@ if ! command -v fio >/dev/null 2>&1; then
     echo "tests/run.sh: fio is missing (apt-get install fio): the real fio storage test will skip" >&2
   fi
 fi
+# The FAIL/ERROR hosts line is read back by the real pdsh (tests/unit/test_cli_run_end.py; its exec module, no network).
+if ! command -v pdsh >/dev/null 2>&1; then
+  if can_apt; then
+    apt_install --no-install-recommends pdsh
+  else
+    echo "tests/run.sh: pdsh is missing (apt-get install pdsh): the hosts line is not read back by pdsh" >&2
+  fi
+fi
 # The node-side batch script (nvdeploy/transport/batch.sh) is checked by shellcheck before any test.
 if ! command -v shellcheck >/dev/null 2>&1; then
   if can_apt; then

@@ -6,6 +6,7 @@ from __future__ import annotations
 import _thread
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,45 @@ def test_colour_on_a_terminal_only_and_never_with_no_color(tmp_path, monkeypatch
     assert lines_of(coloured.stdout) == lines_of(piped.stdout)  # the same text, only coloured
     monkeypatch.setenv("NO_COLOR", "1")
     assert not ANSI.search(invoke(*args).stdout)
+
+
+def _tool_hosts(argv: list[str], tmp_path: Path) -> list[str]:
+    import subprocess
+
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=t\nSlurmctldHost=localhost\nNodeName=x\nPartitionName=p Nodes=x\n")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                          env={"SLURM_CONF": str(conf), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
+    assert done.returncode == 0, (argv, done.stdout + done.stderr)
+    return done.stdout
+
+
+def test_the_failed_hosts_line_is_read_back_by_limit_scontrol_pdsh_and_clush(tmp_path):
+    """The line an operator pastes, on names with a suffix and a rack grid: nvdeploy's own --limit, Slurm's
+    ``scontrol show hostnames``, ``pdsh -w`` (its exec module: ``echo %h`` run here per target) and ClusterShell's
+    ``nodeset -e`` (the NodeSet parser ``clush -w`` uses) each read exactly the failed hosts."""
+    import shutil
+
+    from nvdeploy.config.hostrange import expand_hostlist
+
+    failing = {"hgx01.mgmt": ["ecc_uncorrectable"], "hgx02.mgmt": ["persistence_off"], "hgx04.mgmt": ["xid79"],
+               "rack3-gpu01": ["gpu_missing"], "rack3-gpu02": ["gpu_missing"], "rack5-gpu01": ["gpu_missing"],
+               "rack5-gpu02": ["gpu_missing"], "gpu007": ["persistence_off"], "gpu009": ["persistence_off"]}
+    hosts = {**failing, "hgx03.mgmt": [], "rack4-gpu01": [], "gpu008": []}
+    listing = tmp_path / "failed.txt"
+    result = invoke("validate", "-i", str(inventory(tmp_path, hosts)), "--out", str(tmp_path / "reports"),
+                    "--failed-hosts", str(listing))
+    assert result.exit_code == 1, result.output
+    (line,) = [ln for ln in result.stdout.splitlines() if ln.startswith("FAIL/ERROR hosts: ")]
+    pasted = line.split(": ", 1)[1]
+    assert listing.read_text() == pasted + "\n"
+    assert pasted == "gpu[007,009],rack[3,5]-gpu[01-02],hgx01.mgmt,hgx02.mgmt,hgx04.mgmt"
+    want = sorted(failing)
+    assert sorted(expand_hostlist(pasted)) == want
+    if shutil.which("scontrol"):
+        assert sorted(_tool_hosts(["scontrol", "show", "hostnames", pasted], tmp_path).split()) == want
+    if shutil.which("pdsh"):
+        # The exec module runs the command here, once per target with %h its name: pdsh's own expansion, no network.
+        shown = _tool_hosts(["pdsh", "-R", "exec", "-w", pasted, "echo", "%h"], tmp_path)
+        assert sorted(line.split(": ", 1)[1] for line in shown.splitlines()) == want, shown
+    assert sorted(_tool_hosts(["nodeset", "-e", "-S", " ", pasted], tmp_path).split()) == want

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 import click
 
-from nvdeploy.config.hostrange import fold
+from nvdeploy.config.hostrange import fold_slurm
 from nvdeploy.files import OutputError, write_atomic
 from nvdeploy.report.text import colour_wanted, failed_hosts, paint, summary_lines
 from nvdeploy.report.view import NEEDS_ACTION, needy, not_run_names, resume_command
@@ -23,9 +23,16 @@ FAILED_HOSTS_LABEL = "FAIL/ERROR hosts:"
 RESUME_LABEL = "resume with:"
 
 
+def pasteable(hosts: list[str]) -> str:
+    """The hosts folded into the one form that nvdeploy's ``--limit``, ``scontrol show hostnames``, ``pdsh -w``
+    and ``clush -w`` all read: ClusterShell's folding, but for names with a suffix after their last digits
+    (``hgx01.mgmt``), listed one by one, since Slurm's hostlist parser refuses ``hgx[01-02].mgmt``."""
+    return fold_slurm(hosts)
+
+
 def write_failed_hosts(path: Path, hosts: list[str]) -> None:
     """The folded FAIL/ERROR hosts as one line (empty when there are none), for ``pdsh -w "$(cat FILE)"``."""
-    write_atomic(path, ((fold(hosts) + "\n") if hosts else "").encode("utf-8"))
+    write_atomic(path, ((pasteable(hosts) + "\n") if hosts else "").encode("utf-8"))
 
 
 def verbose_lines(outcome: Any) -> list[str]:
@@ -67,7 +74,7 @@ def print_run_end(outcome: Any, diff_text: str, quiet: bool, verbose: bool, fail
         for line in diff_text.splitlines():
             say(line)
         if hosts:
-            say(f"{FAILED_HOSTS_LABEL} {fold(hosts)}")
+            say(f"{FAILED_HOSTS_LABEL} {pasteable(hosts)}")
     if run.interrupted and not_run_names(run):
         say(f"{RESUME_LABEL} {resume_command(run, outcome.run_dir)}")
     say(f"{run.verdict.value}: {run.summary()}")

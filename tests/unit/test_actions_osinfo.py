@@ -73,3 +73,17 @@ def test_the_old_names_are_still_importable_from_the_system_actions():
 
     assert system.detect_os is detect_os and system.parse_os_release is osinfo.parse_os_release
     assert system.distro_tag("debian", "12") == "debian12" and system.SUPPORTED_OS == osinfo.SUPPORTED_OS
+
+
+def test_the_loaded_driver_version_is_read_without_r610s_deprecation_note():
+    from nvdeploy.actions.system import smi_driver
+    from nvdeploy.results import CommandResult
+
+    def loaded(text: str, rc: int = 0):
+        return smi_driver(None, CommandResult("driver_version", "nvidia-smi", rc, text.encode()))  # type: ignore
+
+    noted = "610.43.02 [Deprecated; will be removed in CUDA 14.0. Use KMD Version instead]\n"
+    assert loaded(noted * 8) == ("ok", "610.43.02")
+    assert loaded("550.90.07\n" * 8) == ("ok", "550.90.07")
+    assert loaded("550.90.07\n550.54.15\n") == ("ok", "550.54.15,550.90.07")  # two versions: never one of them
+    assert loaded("", 9) == ("not_loaded", None)

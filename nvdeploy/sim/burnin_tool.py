@@ -12,6 +12,9 @@ its temperature climbs past 87 C, SW thermal slowdown (0x20) is active and, two 
 (0x40) too, and its SM clock falls to :data:`THROTTLED_CLOCK_MHZ` over five minutes; the DCGM Diagnostic (GEMM)
 figure of the load's iterations falls with it (read at each iteration's middle). On a fake SSH node, whose real
 shell runs the load script, the fake ``dcgmi`` knows no time into the load: only the sampler shows the throttle.
+
+A GPU's clock under load is :data:`LOAD_CLOCK_MHZ` times the node's measured-figure factor (sim/perf.py:
+``fleet_spread``, ``slower``, ``slower_gpu``); fault ``hot_gpu:<GPU>:<C>`` makes the GPU run C degrees hotter.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from nvdeploy.collect.burnin_commands import EVENT_FIELD, LOAD_HELPER, QUERY_FIELDS, SAMPLER_HELPER, THROTTLE_FIELD
+from nvdeploy.sim import perf
 from nvdeploy.sim.scenario import NodeScenario, node_facts, register_fault
 from nvdeploy.sim.smi_xml import SIM_TIME
 from nvdeploy.sim.tools import (
@@ -42,6 +46,7 @@ ITERATION_S = 180.0
 # A simulated sampler answers at most this many rows per GPU (a 24 h run at 1 s); longer runs are thinned.
 MAX_ROWS_PER_GPU = 86400
 THROTTLE_AFTER = re.compile(r"throttle_after:([0-9]+(?:\.[0-9]+)?)(?::([0-9]+))?")
+HOT_GPU = re.compile(r"hot_gpu:([0-9]{1,3}):([0-9]{1,2}(?:\.[0-9]+)?)")
 BURNIN_XID = re.compile(r"burnin_xid:([1-9][0-9]{0,3})(?::([0-9]+))?")
 SW_THERMAL = 0x20
 HW_THERMAL = 0x40
@@ -49,8 +54,20 @@ HW_THERMAL = 0x40
 register_fault("throttle_after", "throttle_after:<MIN>[:<GPU>]: under burn-in load the GPU (every GPU without "
                ":<GPU>) overheats after MIN minutes: thermal slowdown active, SM clock falling",
                pattern=THROTTLE_AFTER.pattern)
+register_fault("hot_gpu", "hot_gpu:<GPU>:<C>: under burn-in load the GPU runs C degrees hotter than a healthy one "
+               "(its cooling), no throttle reason active", pattern=HOT_GPU.pattern)
 register_fault("burnin_xid", "burnin_xid:<XID>[:<GPU>]: the GPU (GPU 0 without :<GPU>) raises Xid XID during the "
                "burn-in's load: in the kernel log afterwards (dmesg -k), not before", pattern=BURNIN_XID.pattern)
+
+
+def _hotter(scenario: NodeScenario) -> dict[int, float]:
+    """{GPU: degrees C above a healthy GPU under load} of the node's ``hot_gpu`` faults."""
+    out: dict[int, float] = {}
+    for fault in scenario.faults:
+        match = HOT_GPU.fullmatch(fault)
+        if match:
+            out[int(match.group(1))] = float(match.group(2))
+    return out
 
 
 def _throttle(scenario: NodeScenario) -> dict[Optional[int], float]:
@@ -71,9 +88,9 @@ def _clock(t: float, after: Optional[float]) -> float:
 
 
 def _row(when: datetime.datetime, gpu: int, t: float, after: Optional[float], power_limit: float,
-         ecc: str) -> str:
-    temperature = 55.0 + 15.0 * min(1.0, t / 600.0)
-    clock, reasons = _clock(t, after), 0
+         ecc: str, clock_factor: float = 1.0, hotter_c: float = 0.0) -> str:
+    temperature = 55.0 + 15.0 * min(1.0, t / 600.0) + hotter_c
+    clock, reasons = _clock(t, after) * clock_factor, 0
     if after is not None and t >= after:
         hot = t - after
         temperature = min(93.0, 87.0 + hot / 60.0)
@@ -102,10 +119,14 @@ def _rows_at(scenario: NodeScenario, t: float) -> str:
     throttle = _throttle(scenario)
     when = SIM_TIME + datetime.timedelta(seconds=t)
     rows = []
+    last = max((g.index for g in facts.gpus), default=0)
+    hotter = _hotter(scenario)
     for gpu in facts.gpus:
         after = throttle.get(gpu.index, throttle.get(None))
         ecc = str(gpu.dram_uncorrectable_volatile) if gpu.ecc_enabled else "[N/A]"
-        rows.append(_row(when, gpu.index, t, after, gpu.power_limit_w or 700.0, ecc))
+        # The node's measured-figure factor (sim/perf.py: fleet_spread, slower, slower_gpu) holds its clock too.
+        rows.append(_row(when, gpu.index, t, after, gpu.power_limit_w or 700.0, ecc,
+                         perf.factor(scenario.name, scenario.faults, gpu.index, last), hotter.get(gpu.index, 0.0)))
     return "".join(rows)
 
 

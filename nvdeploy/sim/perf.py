@@ -3,7 +3,8 @@ faults that make one node or one GPU slower than its peers while it stays above 
 
 Every measured figure the simulator prints is a healthy figure times :func:`factor`: nccl-tests busbw (single node,
 and a multi-node group, which goes as fast as its slowest member), the DCGM diag Diagnostic (GEMM) gigaflops, the
-nvbandwidth copy bandwidths and the storage throughput.
+nvbandwidth copy bandwidths, the storage throughput, the GPUDirect RDMA bandwidth of a pair (its slower member's)
+and a GPU's SM clock under the burn-in's load.
 
 Faults (``sim_faults``):
 
@@ -32,7 +33,7 @@ SLOWER_GPU = re.compile(rf"slower_gpu:([0-9]{{1,3}}):({_PCT})")
 
 register_fault("fleet_spread", "healthy measured figures vary by up to +-1%, deterministically by node name (and GPU)")
 register_fault("slower", "slower:<PCT>: every measured figure of the node (nccl busbw, DCGM gigaflops, nvbandwidth, "
-               "storage) at PCT% of a healthy node's", pattern=SLOWER.pattern)
+               "storage, GPUDirect, burn-in clock) at PCT% of a healthy node's", pattern=SLOWER.pattern)
 register_fault("slower_gpu", "slower_gpu:<GPU>:<PCT>: that GPU's DCGM Diagnostic gigaflops at PCT% of a healthy "
                "GPU's", pattern=SLOWER_GPU.pattern)
 

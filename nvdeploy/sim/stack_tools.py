@@ -38,6 +38,7 @@ from nvdeploy.collect.stack_commands import (
     MPS_SCRIPT,
     MPS_SHELL,
 )
+from nvdeploy.sim import perf
 from nvdeploy.sim.scenario import NodeScenario, gpu_uuid, node_facts, register_fault
 from nvdeploy.sim.tools import TOOL_HOOKS, ToolOutput, register_tool
 
@@ -279,7 +280,10 @@ def _ib_write_bw(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
     rate = float(ib.get("rate_gbps", 100))
     slow = scenario.has("gpudirect_slow") or (server is not None and "gpudirect_slow" in _peer_faults(scenario,
                                                                                                        server))
-    bw = round(rate * (SLOW_FRACTION if slow else GPUDIRECT_FRACTION), 2)
+    # A pair goes at its slower member's pace (sim/perf.py: this node's factor, the peer's slower:<PCT>).
+    pace = min(perf.factor(scenario.name, scenario.faults),
+               perf.slower_factor(_peer_faults(scenario, server)) if server is not None else 1.0)
+    bw = round(rate * (SLOW_FRACTION if slow else GPUDIRECT_FRACTION) * pace, 2)
     return ToolOutput(perftest_text(scenario, hca, gpu, bw).encode())
 
 

@@ -35,16 +35,23 @@ def resolve_inventory_path(value: str) -> Path:
     return builtin if builtin.is_file() else path
 
 
+def _validate_fault(fault: str) -> Optional[str]:
+    """The simulator's check of a sim_faults name, imported on the first such name: importing the simulator costs
+    every command about 70 ms, and an inventory of real nodes names no fault."""
+    from nvdeploy.sim.scenario import validate_fault
+
+    return validate_fault(fault)
+
+
 def _load(inventory: str, limit: Optional[str]) -> tuple[Inventory, ProfileCatalog]:
     # The loader checks sim_faults against the simulator's faults and reads slurm: groups from Slurm, so that a bad
     # name fails with its file and line before any run; both rooms import config/, so the CLI hands them in.
-    from nvdeploy.sim.scenario import validate_fault
     from nvdeploy.slurm.source import resolve_group
 
     catalog = ProfileCatalog()
     try:
         inv = load_inventory(resolve_inventory_path(inventory), catalog, slurm_groups=resolve_group,
-                             check_fault=validate_fault)
+                             check_fault=_validate_fault)
         inv = inv.limit(limit)
     except ConfigError as exc:
         raise _fail(exc.render()) from None

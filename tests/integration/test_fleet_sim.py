@@ -19,10 +19,8 @@ from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.phases.validate import rebuild_reports, run_validate
 from nvdeploy.results import ClusterVerdict, Verdict
 from nvdeploy.runner.engine import EngineOptions
-
-from nvdeploy.sim import tools  # noqa: F401  isort: skip  (every simulated tool first: dcgm_tool alone is a cycle)
-from nvdeploy.sim import dcgm_tool, perf  # noqa: E402  isort: skip
-from nvdeploy.sim.nccl_tool import HEALTHY_MARGIN  # noqa: E402  isort: skip
+from nvdeploy.sim import dcgm_tool, perf
+from nvdeploy.sim.nccl_tool import HEALTHY_MARGIN
 
 CATALOG = ProfileCatalog()
 LEVELS = load_levels()

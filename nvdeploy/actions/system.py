@@ -20,6 +20,7 @@ from nvdeploy.actions.base import (
 
 # The OS facts are read in osinfo, below base (which detects the OS on first use); importable from here too.
 from nvdeploy.actions.osinfo import APT_FAMILY, ARCH_FOLDERS, DNF_FAMILY, SUPPORTED_OS, distro_tag, parse_os_release  # noqa: F401
+from nvdeploy.parsers.nvidia_smi import version_of
 from nvdeploy.results import CommandResult, ErrorReason
 from nvdeploy.transport.base import TransportError
 
@@ -83,21 +84,15 @@ def installed_versions(ctx: ActionContext, names: list[str]) -> dict[str, Option
     return parse_packages(family, names, ctx.read(*package_query(family, names)))
 
 
-_DRIVER_VERSION = re.compile(r"\d+(?:\.\d+)+")
 SMI_DRIVER = ("driver_version", ("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"))
-
-
-def _bare_version(line: str) -> str:
-    """The version alone: R610+ may follow it with "[Deprecated; ... Use KMD Version instead]"."""
-    match = _DRIVER_VERSION.match(line.strip())
-    return match.group(0) if match else line.strip()
 
 
 def smi_driver(ctx: ActionContext, result: Optional[CommandResult] = None) -> tuple[str, Optional[str]]:
     """(state, version) of the loaded driver from nvidia-smi: ok, missing (127), not_loaded (9), mismatch (18)."""
     result = result if result is not None else ctx.read(*SMI_DRIVER)
     if result.rc == 0:
-        versions = sorted({_bare_version(line) for line in result.text.splitlines() if line.strip()})
+        # The version alone, as the parsers read it: R610+ may follow it with "[Deprecated; ... KMD Version ...]".
+        versions = sorted({version_of(line) or line.strip() for line in result.text.splitlines() if line.strip()})
         return ("ok", versions[0]) if len(versions) == 1 else ("ok", ",".join(versions))
     if result.rc == 127:
         return "missing", None

@@ -28,7 +28,6 @@ REASON_BITS: Mapping[int, str] = {
     0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown",
     0x100: "display_clocks_setting",
 }
-GPU_IDLE = 0x1
 # Under load the GPU must not protect itself from heat or a power event. SW power cap (0x4) is the GPU holding its
 # configured power limit, which a power-bound load such as DCGM's targeted_power reaches on purpose: WARN unless
 # the profile's burnin.fail names it.
@@ -74,7 +73,7 @@ def _judge_gpu(ctx: NodeContext, gpu: int, series: Sequence[Any], duration: floa
                        f"{format_duration(duration)} burn-in: too few to judge", observed=round(span, 1),
                        expected=f">= {needed:.0f}", unit="s",
                        reason=ErrorReason.INCOMPLETE, remediation=Remediation.INVESTIGATE)
-    loaded = [s for s in series if s.reasons is None or not s.reasons & GPU_IDLE]
+    loaded = [s for s in series if not s.idle]
     known = [s for s in loaded if s.reasons is not None]
     if not known:
         return finding(Verdict.ERROR, "throttle reasons not readable in any sample under load ([N/A])",

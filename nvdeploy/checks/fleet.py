@@ -326,10 +326,10 @@ def _node_finding(figure: Figure, profile: str, judgement: Judgement, rule: Flee
     # observed/expected are text with the unit, not a number with ``unit``: the figure itself is the measuring
     # check's (nccl.all_reduce, dcgm.diag_rN); as a number here it would count twice in charts, diffs and metrics.
     assert judgement.median is not None
-    sample = outlier.sample
-    where = f"GPU{sample.gpu}: " if sample.gpu is not None else ""
     if not figure.higher_is_better:
         return _hot_finding(figure, profile, judgement, rule, outlier)
+    sample = outlier.sample
+    where = f"GPU{sample.gpu}: " if sample.gpu is not None else ""
     threshold = (f"FAIL at {rule.fail_pct:g}% below or robust z <= -{rule.fail_z:g}" if outlier.verdict is Verdict.FAIL
                  else f"WARN at {rule.warn_pct:g}% below or robust z <= -{rule.warn_z:g}")
     floor = round(judgement.median * (1 - rule.warn_pct / 100), 3)

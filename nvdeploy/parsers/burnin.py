@@ -21,6 +21,7 @@ from nvdeploy.parsers.dcgm import DcgmDiagFacts, diagnostic_gflops, parse_dcgm_d
 from nvdeploy.parsers.nccl_tests import NcclFacts, parse_nccl_tests
 
 _HEADER = re.compile(r"@@burnin-sampler\s+(\d+)\s+(\d+)\s+(\S+)\s*$")
+GPU_IDLE = 0x1
 _END = re.compile(r"@@end\s+(running|exited\s+(-?\d+))\s*$")
 _TIMESTAMP = "%Y/%m/%d %H:%M:%S.%f"
 
@@ -36,6 +37,12 @@ class Sample:
     reasons: Optional[int] = None
     power_w: Optional[float] = None
     ecc_uncorrected: Optional[int] = None
+
+    @property
+    def idle(self) -> Optional[bool]:
+        """The GPU-idle reason (nvmlClocksEventReasonGpuIdle, 0x1): it had no work at that instant; None when the
+        reasons were not readable."""
+        return bool(self.reasons & GPU_IDLE) if self.reasons is not None else None
 
 
 @dataclass(frozen=True)

@@ -120,19 +120,16 @@ def summary_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
     series = burnin_series(facts.get("burnin_sampler"))
     if series:
         out["burnin_series"] = series
-    clocks = burnin_load_clocks(facts.get("burnin_sampler"))
+    clocks = burnin_load_medians(facts.get("burnin_sampler"))
     if clocks:
         out["burnin_sm_clock_mhz"] = clocks
-    temperatures = burnin_load_clocks(facts.get("burnin_sampler"), "temperature_c")
+    temperatures = burnin_load_medians(facts.get("burnin_sampler"), "temperature_c")
     if temperatures:
         out["burnin_temperature_c"] = temperatures
     return out
 
 
-GPU_IDLE_BIT = 0x1  # nvmlClocksEventReasonGpuIdle: the GPU had no work at that instant
-
-
-def burnin_load_clocks(run: Optional[SamplerRun], field: str = "sm_clock_mhz") -> dict[str, float]:
+def burnin_load_medians(run: Optional[SamplerRun], field: str = "sm_clock_mhz") -> dict[str, float]:
     """{GPU index (str): median of ``field`` (the SM clock in MHz, or ``temperature_c``) over the burn-in's samples
     under load}: fleet.performance compares them across nodes, since under the same load a GPU held back by its
     cooling or power delivery clocks below its peers, and runs hotter, even when no throttle reason says so. Under
@@ -141,7 +138,7 @@ def burnin_load_clocks(run: Optional[SamplerRun], field: str = "sm_clock_mhz") -
     out: dict[str, float] = {}
     for gpu in (run.gpus() if run is not None else ()):
         loaded = [getattr(s, field) for s in run.series(gpu)  # type: ignore[union-attr]
-                  if getattr(s, field) is not None and s.reasons is not None and not s.reasons & GPU_IDLE_BIT]
+                  if getattr(s, field) is not None and s.idle is False]
         if loaded:
             out[str(gpu)] = round(statistics.median(loaded), 1)
     return out

@@ -312,7 +312,7 @@ def test_a_gpu_clocking_below_its_peers_under_the_burn_in_load_is_named():
     """The burn-in's median SM clock under load, per GPU: a GPU held back by its cooling or power delivery clocks
     below its peers' without any throttle reason active, and only the fleet rule sees it."""
     from nvdeploy.parsers.burnin import parse_sampler
-    from nvdeploy.parsers.facts import burnin_load_clocks
+    from nvdeploy.parsers.facts import burnin_load_medians
 
     header = ("@@burnin-sampler 20 1000 timestamp,index,temperature.gpu,clocks.sm,clocks_event_reasons.active,"
               "power.draw,ecc.errors.uncorrected.volatile.total")
@@ -320,7 +320,7 @@ def test_a_gpu_clocking_below_its_peers_under_the_burn_in_load_is_named():
             f"600.00, 0" for t in range(12) for g in range(4)]
     # The first two samples are idle (the load not yet started, 0x1) and at an idle clock: not counted.
     rows[:8] = [r.replace(", 1980,", ", 345,").replace(", 1830,", ", 345,") for r in rows[:8]]
-    clocks = burnin_load_clocks(parse_sampler("\n".join([header, *rows, "@@end running"]) + "\n"))
+    clocks = burnin_load_medians(parse_sampler("\n".join([header, *rows, "@@end running"]) + "\n"))
     assert clocks == {"0": 1980.0, "1": 1980.0, "2": 1830.0, "3": 1980.0}
     nodes = [node(f"gpu{i:02d}", burnin_sm_clock_mhz={str(g): 1980.0 for g in range(8)}) for i in range(1, 10)]
     nodes.append(node("gpu10", burnin_sm_clock_mhz={**{str(g): 1980.0 for g in range(8)}, "2": 1830.0}))

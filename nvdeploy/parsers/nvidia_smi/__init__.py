@@ -9,10 +9,11 @@ error name; ``GPU is lost`` also sets :attr:`GpuFacts.lost`. XML and text are fi
 v11/v12/v13, the old 418 layout, ``-q`` text).
 """
 
+from nvdeploy.parsers.nvidia_smi.fields import version_of
 from nvdeploy.parsers.nvidia_smi.model import GpuFacts, SmiFacts
 from nvdeploy.parsers.nvidia_smi.query_csv import parse_csv, parse_version
 from nvdeploy.parsers.nvidia_smi.query_text import TABLE_ROW_RE, parse_text
 from nvdeploy.parsers.nvidia_smi.xml_log import parse_xml, parse_xml_pasted, xml_understood
 
 __all__ = ["TABLE_ROW_RE", "GpuFacts", "SmiFacts", "parse_csv", "parse_text", "parse_version", "parse_xml",
-           "parse_xml_pasted", "xml_understood"]
+           "parse_xml_pasted", "version_of", "xml_understood"]

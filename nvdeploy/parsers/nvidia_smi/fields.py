@@ -43,7 +43,7 @@ _VERSION_NOTE_RE = re.compile(r"\s*\[\s*deprecated\b[^\]]*\]\s*$", re.IGNORECASE
 _VERSION_RE = re.compile(r"\d+(?:\.\d+)*")
 
 
-def _version(*values: str | None) -> str | None:
+def version_of(*values: str | None) -> str | None:
     """The first of ``values`` that holds a version, its deprecation note removed: callers pass the new field
     (KMD Version, CUDA UMD Version) before the deprecated one."""
     for value in values:

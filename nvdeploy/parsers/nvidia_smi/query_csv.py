@@ -19,8 +19,8 @@ from nvdeploy.parsers.nvidia_smi.fields import (
     _norm,
     _start,
     _sum,
-    _version,
     _with_errors,
+    version_of,
 )
 from nvdeploy.parsers.nvidia_smi.model import GpuFacts, SmiFacts
 
@@ -44,8 +44,8 @@ def parse_version(text: str) -> SmiFacts:
         m = _VERSION_LINE_RE.match(line)
         if m:
             fields.setdefault(_norm(m.group(1)), m.group(2))
-    driver = _version(fields.get("kmd_version"), fields.get("driver_version"))
-    cuda = _version(fields.get("cuda_umd_version"), fields.get("cuda_version"))
+    driver = version_of(fields.get("kmd_version"), fields.get("driver_version"))
+    cuda = version_of(fields.get("cuda_umd_version"), fields.get("cuda_version"))
     if driver is None:
         warnings.append("nvidia-smi --version output without a driver version")
     return SmiFacts(driver, cuda, None, (), tuple(warnings), "version")

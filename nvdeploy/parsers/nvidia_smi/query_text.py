@@ -15,7 +15,7 @@ from nvdeploy.parsers.nvidia_smi.fields import (
     _int,
     _norm,
     _start,
-    _version,
+    version_of,
 )
 from nvdeploy.parsers.nvidia_smi.model import GpuFacts, SmiFacts, _Tree
 
@@ -95,8 +95,8 @@ def parse_text(text: str) -> SmiFacts:
     count = _int(top.get("attached_gpus"))
     # -q text is pasted, never collected: without 'Attached GPUs', with fewer GPU sections than it says (a
     # piece, or a `-i` selection) or with elisions, what it leaves out says nothing about the node.
-    return _assemble("text", _version(top.get("kmd_version"), top.get("driver_version")),
-                     _version(top.get("cuda_umd_version"), top.get("cuda_version")), count, sections, warnings,
+    return _assemble("text", version_of(top.get("kmd_version"), top.get("driver_version")),
+                     version_of(top.get("cuda_umd_version"), top.get("cuda_version")), count, sections, warnings,
                      fragment=elided or count is None or count != len(sections))
 
 
@@ -122,9 +122,9 @@ def _parse_table(lines: list[str], warnings: list[str], titled: bool = True) -> 
     in_gpu_table = True
     for line in lines:
         if driver is None and (m := _TABLE_DRIVER_RE.search(line)):
-            driver = _version(m.group(1))
+            driver = version_of(m.group(1))
         if cuda is None and (m := _TABLE_CUDA_RE.search(line)):
-            cuda = _version(m.group(1))
+            cuda = version_of(m.group(1))
         if re.search(r"\b(MIG devices|Processes)\s*:", line):
             in_gpu_table, current = False, None
         stripped = line.strip()

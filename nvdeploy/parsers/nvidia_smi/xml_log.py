@@ -11,7 +11,7 @@ from xml.parsers import expat
 
 from defusedxml.ElementTree import fromstring as defused_fromstring
 
-from nvdeploy.parsers.nvidia_smi.fields import _RETIRED_PENDING, _TREE_FIELDS, _assemble, _int, _start, _version
+from nvdeploy.parsers.nvidia_smi.fields import _RETIRED_PENDING, _TREE_FIELDS, _assemble, _int, _start, version_of
 from nvdeploy.parsers.nvidia_smi.model import SmiFacts, _Tree
 from nvdeploy.parsers.text import prepare as _prepare
 
@@ -254,8 +254,8 @@ def _parse_xml_fragment(body: str, warnings: list[str], details: bool, cut: bool
     if unplaced:
         warnings.append(f"elements not placed in a GPU (their parent is not in the fragment): "
                         f"{', '.join(sorted(set(unplaced))[:10])}")
-    driver = _version(root.findtext("kmd_version"), root.findtext("driver_version"))
-    cuda = _version(root.findtext("cuda_umd_version"), root.findtext("cuda_version"))
+    driver = version_of(root.findtext("kmd_version"), root.findtext("driver_version"))
+    cuda = version_of(root.findtext("cuda_umd_version"), root.findtext("cuda_version"))
     return _assemble("xml", driver, cuda, _int(root.findtext("attached_gpus")), sections, warnings, details,
                      fragment=True)
 
@@ -283,15 +283,15 @@ def _parse_xml(text: str, details: bool) -> SmiFacts:
     if root is None:
         head = _salvage_xml_header(body)
         warnings.append(f"unparseable or truncated XML ({error}); no GPU data read")
-        return SmiFacts(_version(head.get("kmd_version"), head.get("driver_version")),
-                        _version(head.get("cuda_umd_version"), head.get("cuda_version")),
+        return SmiFacts(version_of(head.get("kmd_version"), head.get("driver_version")),
+                        version_of(head.get("cuda_umd_version"), head.get("cuda_version")),
                         _int(head.get("attached_gpus")), (), tuple(warnings), "xml")
     if root.tag != "nvidia_smi_log":
         warnings.append(f"unexpected XML root element <{root.tag}> (expected <nvidia_smi_log>)")
     gpus = root.findall("gpu")
     sections = [(_flatten_xml(g) if details else {}, g.get("id")) for g in gpus]
-    driver = _version(root.findtext("kmd_version"), root.findtext("driver_version"))
-    cuda = _version(root.findtext("cuda_umd_version"), root.findtext("cuda_version"))
+    driver = version_of(root.findtext("kmd_version"), root.findtext("driver_version"))
+    cuda = version_of(root.findtext("cuda_umd_version"), root.findtext("cuda_version"))
     return _assemble("xml", driver, cuda, _int(root.findtext("attached_gpus")), sections, warnings, details)
 
 

@@ -23,17 +23,20 @@ def write_atomic(path: Path, data: bytes, durable: bool = True) -> None:
 
 
 @contextlib.contextmanager
-def atomic_file(path: Path, durable: bool = True) -> Iterator[BinaryIO]:
+def atomic_file(path: Path, durable: bool = True, mode: int = 0o600) -> Iterator[BinaryIO]:
     """A file written through a handle (streamed, never held whole in memory), then fsynced (unless not
-    ``durable``) and renamed into place: it appears complete or not at all."""
+    ``durable``) and renamed into place: it appears complete or not at all. ``mode``: its permissions, whatever
+    the umask (0o644 for a file another user's daemon reads)."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
         with os.fdopen(fd, "wb", buffering=1 << 20) as handle:
             yield handle
             handle.flush()
             if durable:
                 os.fsync(handle.fileno())
+        if mode != 0o600:
+            os.chmod(tmp, mode)
         os.replace(tmp, path)
     except OSError as exc:
         try:

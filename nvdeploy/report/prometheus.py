@@ -24,12 +24,10 @@ Metrics (all gauges):
 from __future__ import annotations
 
 import datetime as dt
-import os
-import threading
 from pathlib import Path
 from typing import Iterable, Mapping, Union
 
-from nvdeploy.files import OutputError
+from nvdeploy.files import atomic_file
 from nvdeploy.report.metrics import node_metrics
 from nvdeploy.results import ClusterVerdict, RunResult, Verdict
 
@@ -155,20 +153,7 @@ def write_prometheus(run: RunResult, path: Union[str, Path]) -> Path:
         OutputError: the folder does not exist or cannot be written (the CLI exits 2 with its message).
     """
     target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-    data = render_prometheus(run).encode("utf-8")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except OSError as exc:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from None
+    # 0644: node_exporter's textfile collector reads it, usually as another user.
+    with atomic_file(target, mode=0o644) as handle:
+        handle.write(render_prometheus(run).encode("utf-8"))
     return target

@@ -32,8 +32,9 @@ The run's lifetime on the node:
   ``/run/lock/nvdeploy`` (or ``/var/lock``'s) when it is there for this user (root's, or a group folder an admin
   made) or root may make it, else ``$XDG_RUNTIME_DIR/nvdeploy``; every folder on the path is checked (owner, mode,
   no links) before it is used. The holder info (user, run id, start time, pid) goes to a ``holder.<pid>.*`` file
-  made by mktemp inside it. A batch that cannot take the lock prints
-  ``__NVD_BUSY__`` with the live holder's info and runs nothing. flock releases with the last process holding
+  made by mktemp inside it, written as one line. A batch that cannot take the lock prints
+  ``__NVD_BUSY__`` with the live holder's info (re-read for up to 2 s while the holder's file has no whole line
+  yet: it is being written) and runs nothing. flock releases with the last process holding
   it, so a lock whose holder is gone is simply taken; a tool that outlived its batch still holds it, and the
   node stays busy. The watcher never holds it, and the script releases it (and removes its holder info and temp
   folder) before it prints the end marker: the controller may send the node its next batch the moment that

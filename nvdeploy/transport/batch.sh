@@ -158,16 +158,28 @@ if command -v flock >/dev/null 2>&1; then
         nvd_hf=$(mktemp "$nvd_ld/holder.$$.XXXXXX" 2>/dev/null) || nvd_hf=
         nvd_u=${USER:-$LOGNAME}
         [ -n "$nvd_u" ] || nvd_u=$(id -un 2>/dev/null || id -u)
-        [ -n "$nvd_hf" ] && { printf 'user=%s run=%s pid=%s since=' "$nvd_u" "$nvd_run" "$$"; \
-          date -u +%Y-%m-%dT%H:%M:%SZ; } 2>/dev/null >"$nvd_hf"
+        # One line in one write: a busy reader takes only a whole line (see below).
+        [ -n "$nvd_hf" ] && printf 'user=%s run=%s pid=%s since=%s\n' "$nvd_u" "$nvd_run" "$$" \
+          "$(date -u +%Y-%m-%dT%H:%M:%SZ 2>/dev/null)" 2>/dev/null >"$nvd_hf"
         # In a folder shared with a group (not ours), the others' busy message reads it.
         [ -n "$nvd_hf" ] && [ ! -O "$nvd_ld" ] && chmod 644 "$nvd_hf" 2>/dev/null
       else
-        nvd_info=
-        for nvd_f in "$nvd_ld"/holder.*; do
-          nvd_x=${nvd_f##*/holder.}; nvd_x=${nvd_x%%.*}
-          [ -f "$nvd_f" ] && [ ! -L "$nvd_f" ] && [ -d "/proc/$nvd_x" ] && IFS= read -r nvd_info 2>/dev/null <"$nvd_f" \
-            && break
+        nvd_info='' nvd_try=0
+        while :; do
+          nvd_live=''
+          for nvd_f in "$nvd_ld"/holder.*; do
+            nvd_x=${nvd_f##*/holder.}; nvd_x=${nvd_x%%.*}
+            if [ -f "$nvd_f" ] && [ ! -L "$nvd_f" ] && [ -d "/proc/$nvd_x" ]; then
+              nvd_live=1
+              IFS= read -r nvd_info 2>/dev/null <"$nvd_f" && break
+              nvd_info=''
+            fi
+          done
+          # The holder makes its file (mktemp) and then writes its line: a live holder's file without a whole line
+          # is being written, so it is read again shortly (2 s at most) rather than named "unknown".
+          if [ -n "$nvd_info" ] || [ -z "$nvd_live" ] || [ "$nvd_try" -ge 20 ]; then break; fi
+          nvd_try=$((nvd_try + 1))
+          sleep 0.1 2>/dev/null || sleep 1
         done
         printf '__NVD_BUSY__ %s\n' "${nvd_info:-holder unknown (no holder info in $nvd_ld)}"
         printf '%s\n' "$nvd_endm"

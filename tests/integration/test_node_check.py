@@ -83,8 +83,9 @@ def test_a_node_check_holding_the_lock_is_named_by_the_next_one(node, tmp_path: 
                              stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
-        while not list((tmp_path / "lock").glob("holder.*")) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        while (not any(p.read_text().endswith("\n") for p in (tmp_path / "lock").glob("holder.*"))
+               and time.monotonic() < deadline):
+            time.sleep(0.1)  # the holder file is made first, then written
         (holder,) = (tmp_path / "lock").glob("holder.*")
         assert " run=node-check-" in " " + holder.read_text()
         second = node()

@@ -8,6 +8,7 @@ Run as root (folders are chowned to another uid); without root the other-owner r
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import shutil
@@ -314,3 +315,37 @@ def test_stack_finds_never_print_a_file_through_a_link(tmp_path):
     container = [str(cdi) if a == "/etc/cdi" else a for a in CONTAINER_FIND_ARGV]
     out = subprocess.run(container, capture_output=True, text=True, timeout=30).stdout
     assert "cdiVersion: 0.5.0" in out and "TOPSECRET" not in out, out
+
+
+def test_a_busy_run_reads_again_a_holder_file_still_being_written(node):
+    """The holder makes its file and then writes its line: a run refused in between waits for the line rather than
+    naming the holder "unknown"."""
+    lock = node / "lock"
+    lock.mkdir(mode=0o700)
+    holder = lock / f"holder.{os.getpid()}.AbCdEf"
+    holder.write_text("")
+    folder = os.open(lock, os.O_RDONLY)  # the other run's lock: flock on the folder, as the batch script takes it
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        writer = threading.Timer(0.5, lambda: holder.write_text("user=ops run=run-X pid=1 since=t\n"))
+        writer.start()
+        try:
+            refused = LocalTransport().bind("n1", "run-Y").run_batch([CommandSpec("a", ("true",), 5)])
+        finally:
+            writer.join()
+    finally:
+        os.close(folder)
+    assert refused[0].error is ErrorReason.BUSY and "run run-X of user ops" in refused[0].error_detail, refused
+
+
+def test_a_busy_run_names_an_empty_holder_file_unknown_after_a_short_wait(node):
+    lock = node / "lock"
+    lock.mkdir(mode=0o700)
+    (lock / f"holder.{os.getpid()}.AbCdEf").write_text("")
+    folder = os.open(lock, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        refused = LocalTransport().bind("n1", "run-Y").run_batch([CommandSpec("a", ("true",), 5)])
+    finally:
+        os.close(folder)
+    assert refused[0].error is ErrorReason.BUSY and "holder unknown" in refused[0].error_detail, refused

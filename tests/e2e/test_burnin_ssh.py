@@ -19,6 +19,7 @@ iterations, and each simulated tool is a Python process, so without it a minute 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 from pathlib import Path
@@ -148,6 +149,7 @@ def test_sigterm_then_resume_burns_in_for_the_runs_duration(ssh_cluster_factory,
     out = tmp_path / "reports"
     process = start_nvdeploy(burn_in_args(write_inventory(cluster, tmp_path), out, "1m"), cwd=tmp_path)
     wait_until_burning(cluster, names, process)
+    time.sleep(20)  # well into the minute: a resume that burnt in only for what was left would sample <= 40 s
     process.send_signal(signal.SIGTERM)
     assert process.wait(90).rc == 143
     until_nothing_left(cluster, names, time.monotonic())
@@ -159,7 +161,9 @@ def test_sigterm_then_resume_burns_in_for_the_runs_duration(ssh_cluster_factory,
     for node in data["nodes"]:
         stability = [f for f in node["findings"] if f["check"] == "burnin.stability"]
         assert len(stability) == 8 and all(f["verdict"] == "PASS" for f in stability), stability
-        assert "s over 59s" in stability[0]["summary"] or "s over 1m00s" in stability[0]["summary"], stability[0]
+        # The samples span the whole minute, less what a loaded machine's sampler loses (58 s seen under CI load).
+        span = re.search(r" samples over (?:(1)m)?(\d+)s ", stability[0]["summary"])
+        assert span and 50 <= 60 * int(span.group(1) or 0) + int(span.group(2)) <= 61, stability[0]
     until_nothing_left(cluster, names, time.monotonic())
 
 

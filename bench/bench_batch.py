@@ -4,7 +4,9 @@ Runs the quick level's light collectors of one h100-sxm-8x node on this machine,
 ``true`` (the tool costs the same in both contenders; what differs is the wrapper), two ways:
 
 - ``batch``: the script nvdeploy sends (transport/batch.py + batch.sh: per-command timeout, cappers, frames, lock,
-  watcher), fed on a held-open stdin as the transports do;
+  watcher), fed on a held-open stdin as the transports do, with the node's system Python as the one capper;
+- ``shell``: the same script on a node without a system Python: two shell cappers per stream (what every node
+  ran before the Python capper);
 - ``plain``: the same command lines (their ``timeout`` and quoting included, no cappers, lock or frames) joined by
   ``;`` in one ``sh -c``, as a bare fabric loop would send them.
 
@@ -13,7 +15,7 @@ minus one, is how many processes the run created. CPU is the user+system time th
 (``os.wait4`` of ``unshare``). Prints the median of ``--repeat`` runs, interleaved, and the ratio; a run whose
 outputs were not all framed prints NOT MEASURED, never a figure.
 
-    python3 bench/bench_batch.py [--repeat 15] [--tool true]
+    python3 bench/bench_batch.py [--repeat 15] [--tool true] [--every-light]
 """
 
 from __future__ import annotations
@@ -40,8 +42,10 @@ from nvdeploy.transport import batch  # noqa: E402
 _COUNT = 'sh -c \'echo "__NVD_NEXT_PID__ $$"\''
 
 
-def quick_specs(tool: str) -> list:
-    names = list(dict.fromkeys(n for check in QUICK_CHECKS for n in CHECKS[check].collectors))
+def quick_specs(tool: str, every_light: bool = False) -> list:
+    """The quick level's light collectors (or, with ``every_light``, every light collector of the catalog: what a
+    full level sends in its light batch), each running ``tool``."""
+    names = None if every_light else list(dict.fromkeys(n for c in QUICK_CHECKS for n in CHECKS[c].collectors))
     return [replace(spec, argv=(tool,), sudo=False) for spec in light_specs({"sudo": False}, names)]
 
 
@@ -78,19 +82,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--tool", default="true", help="what every command runs (default: true)")
+    parser.add_argument("--every-light", action="store_true",
+                        help="every light collector of the catalog, not only the quick level's")
     args = parser.parse_args()
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         print("NOT MEASURED: needs root and util-linux's unshare (a PID namespace per run)")
         return 2
-    specs = quick_specs(args.tool)
+    specs = quick_specs(args.tool, args.every_light)
     batch_script = batch.build_script(specs, run_id="bench", heartbeat_lost_s=batch.HEARTBEAT_LOST_S)
+    shell_script = batch.build_script(specs, run_id="bench", heartbeat_lost_s=batch.HEARTBEAT_LOST_S,
+                                      python_capper=False)
     plain = plain_script(specs)
-    results: dict[str, list[tuple[int, float]]] = {"batch": [], "plain": []}
+    results: dict[str, list[tuple[int, float]]] = {"batch": [], "shell": [], "plain": []}
     with tempfile.TemporaryDirectory() as lock_dir:
         for _ in range(args.repeat):
-            for name, script in (("batch", batch_script), ("plain", plain)):
+            for name, script in (("batch", batch_script), ("shell", shell_script), ("plain", plain)):
                 created, cpu, out = measure(script, lock_dir)
-                if name == "batch":
+                if name != "plain":
                     framed = batch.parse_output(specs, out.split(b"__NVD_NEXT_PID__")[0], 0.0)
                     failed = [r.name for r in framed if r.rc != 0]
                     if failed or batch.END_MARKER not in out:
@@ -103,13 +111,14 @@ def main() -> int:
     load = os.getloadavg()[0]
     procs = {k: statistics.median(c for c, _ in v) for k, v in results.items()}
     cpu = {k: statistics.median(t for _, t in v) * 1000 for k, v in results.items()}
-    print(f"node-side cost of one quick-level batch ({len(specs)} commands, tool '{args.tool}'), "
+    print(f"node-side cost of one {'every-light' if args.every_light else 'quick-level'} batch "
+          f"({len(specs)} commands, tool '{args.tool}'), "
           f"median of {args.repeat}, load {load:.1f}")
-    print(f"  processes per node: batch {procs['batch']:.0f}, plain {procs['plain']:.0f} "
-          f"({procs['batch'] / len(specs):.1f} vs {procs['plain'] / len(specs):.1f} per command; "
-          f"ratio {procs['batch'] / procs['plain']:.2f}x)")
-    print(f"  node-side CPU: batch {cpu['batch']:.1f} ms, plain {cpu['plain']:.1f} ms "
-          f"(ratio {cpu['batch'] / cpu['plain']:.2f}x; goal <= 1.3x)")
+    for name, what in (("batch", "batch, Python capper"), ("shell", "batch, shell cappers")):
+        print(f"  {what}: processes per node {procs[name]:.0f} vs plain {procs['plain']:.0f} "
+              f"({procs[name] / len(specs):.1f} vs {procs['plain'] / len(specs):.1f} per command; "
+              f"ratio {procs[name] / procs['plain']:.2f}x); node-side CPU {cpu[name]:.1f} ms vs plain "
+              f"{cpu['plain']:.1f} ms (ratio {cpu[name] / cpu['plain']:.2f}x; goal <= 1.3x)")
     return 0
 
 

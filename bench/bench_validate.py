@@ -15,8 +15,9 @@ Rows (``--only sim,ssh``):
   (``nvdeploy.testing.replay``: a shell ``case`` and ``cat`` of recorded outputs, a few ms per call), so the figure
   measures nvdeploy, not the fake tools. Contenders, each in a fresh worker process: nvdeploy's ``run_validate``
   (quick level) and a plain fabric pool of ``--forks`` threads, one connection and ONE ``run()`` per node of the
-  very commands nvdeploy sends (the same NVML probe in argv), joined by ``;``. Goals: wall <= 1.25x, controller
-  CPU <= 1.5x, and node-side CPU (sshd sessions, shells, tools: what the listeners reaped) <= 1.2x.
+  very commands nvdeploy sends (the same NVML probe in argv), joined by ``;``; and nvdeploy again with the batch's
+  shell cappers, as on nodes without a system Python (no Python capper). Goals: wall <= 1.25x, controller CPU <=
+  1.5x, and node-side CPU (sshd sessions, shells, tools: what the listeners reaped) <= 1.2x.
 
 A figure is printed only for a run that did the work: every node's verdict is read back, and a run in which nodes
 ended in ERROR (or a fabric run in which a node's outputs were not all read) prints ``NOT MEASURED: N nodes ERROR
@@ -263,11 +264,16 @@ def quick_commands() -> tuple[tuple[str, ...], list[str]]:
     return checks, [spec.display for spec in specs]
 
 
-def worker_nvdeploy(spec: dict[str, Any]) -> dict[str, Any]:
+def worker_nvdeploy(spec: dict[str, Any], shell_cappers: bool = False) -> dict[str, Any]:
+    """nvdeploy's quick run; with ``shell_cappers`` as on nodes without a system Python (no Python capper)."""
     from nvdeploy.config.inventory import load_inventory
     from nvdeploy.config.profiles import ProfileCatalog
     from nvdeploy.phases.validate import run_validate
     from nvdeploy.runner.engine import EngineOptions
+    from nvdeploy.transport import batch
+
+    if shell_cappers:
+        batch.SYSTEM_PYTHONS = ("/nonexistent/python3",)
 
     started, cpu = time.perf_counter(), time.process_time()
     catalog = ProfileCatalog()
@@ -360,15 +366,17 @@ def bench_ssh(n: int, forks: int, tmp: Path, timeout_s: float) -> Optional[dict[
         print(f"  {'contender':<28} {'wall s':>7} {'CPU s':>6} {'node CPU s':>10} {'peak RSS MiB':>12}  "
               f"{'load 1/5/15 min':<16} result")
         rows: dict[str, dict[str, Any]] = {}
-        for kind in ("fabric", "nvdeploy", "fabric", "nvdeploy"):  # interleaved, best of two each
+        # interleaved, best of two each; nvdeploy-shell: the batch's shell cappers (nodes without a system Python)
+        for kind in ("fabric", "nvdeploy", "nvdeploy-shell") * 2:
             before_load, before_cpu = load(), node_cpu(cluster)
             res = run_worker(kind, spec_file, timeout_s)
             time.sleep(0.5)  # let the listeners reap the last sessions
             res["node_cpu"] = node_cpu(cluster) - before_cpu
-            label = "nvdeploy validate (quick)" if kind == "nvdeploy" else "fabric, 1 run() per node"
+            label = {"nvdeploy": "nvdeploy validate (quick)", "nvdeploy-shell": "  same, shell cappers",
+                     "fabric": "fabric, 1 run() per node"}[kind]
             if "error" in res:
                 problem: Optional[str] = f"NOT MEASURED: {res['error']}"
-            elif kind == "nvdeploy":
+            elif kind != "fabric":
                 problem = not_measured(res["nodes"])
             else:
                 problem = None if res["ok"] == n else (f"NOT MEASURED: {n - res['ok']} nodes without all outputs "
@@ -396,6 +404,11 @@ def bench_ssh(n: int, forks: int, tmp: Path, timeout_s: float) -> Optional[dict[
     print(f"  node-side CPU (batch wrapper vs commands joined by ';'): {mine['node_cpu'] / n * 1000:.0f} vs "
           f"{theirs['node_cpu'] / n * 1000:.0f} ms per node = {ratios['node']:.2f}x (goal <= "
           f"{GOALS['node_cpu_ratio']}x: {verdict(ratios['node'] <= GOALS['node_cpu_ratio'])})")
+    shell = rows.get("nvdeploy-shell")
+    if shell is not None:
+        print(f"  with the shell cappers (nodes without a system Python): wall "
+              f"{shell['wall_inner'] / theirs['wall_inner']:.2f}x, node-side CPU {shell['node_cpu'] / n * 1000:.0f} "
+              f"ms per node = {shell['node_cpu'] / theirs['node_cpu'] if theirs['node_cpu'] else float('inf'):.2f}x")
     return {"n": n, "nvdeploy": mine, "fabric": theirs, "ratios": ratios, "load": load()}
 
 
@@ -417,7 +430,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.worker:
         spec = json.loads(Path(args.spec).read_text())
-        result = worker_nvdeploy(spec) if args.worker == "nvdeploy" else worker_fabric(spec)
+        result = (worker_fabric(spec) if args.worker == "fabric"
+                  else worker_nvdeploy(spec, shell_cappers=args.worker == "nvdeploy-shell"))
         Path(args.result).write_text(json.dumps(result))
         return 0
     only = {part.strip() for part in args.only.split(",") if part.strip()}

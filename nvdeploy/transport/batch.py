@@ -24,10 +24,15 @@ The run's lifetime on the node:
   its session outside its own process group (a tool's stray background child) the same way before it answers.
   Limits: a process that starts a session of its own (a daemon) escapes; root processes under ``sudo`` get the
   TERM through sudo (which relays it) but not a KILL.
-- **Output is capped on the node as it is written**: each stream goes through a FIFO to ``head -c CAP`` (GNU head
-  never reads past CAP, so the rest is then counted exactly by ``wc -c`` and discarded), or for ``keep_tail``
-  specs through ``dd`` (which passes everything on and reports the true size) to ``tail -c CAP``. A flooding tool
-  cannot fill the node's /tmp.
+- **Output is capped on the node as it is written**: each stream goes through a FIFO to a capper that keeps at
+  most CAP bytes (the head, or for ``keep_tail`` specs the tail) and drains and counts the rest, so the true size
+  is known and the tool is never cut short by a closed pipe. With the node's system Python (``/usr/bin/python3``
+  or RHEL 8's ``platform-python``) ONE capper (``batch_capper.py``, sent in the script and run with ``-I -S``)
+  polls every FIFO of the batch; the commands start only once it said it opened them all. Without one (or when it
+  does not start) the shell cappers do it per stream: ``head -c CAP`` (GNU head never reads past CAP) then ``wc
+  -c`` for the rest, or ``dd`` (which passes everything on and reports the true size) to ``tail -c CAP``. A
+  flooding tool cannot fill the node's /tmp. A capper that fails makes every command ERROR (``rc=c<N>``): what it
+  kept is not framed as a result.
 - **One run per node at a time**: the batch takes ``flock -n`` on a folder: ``$NVDEPLOY_LOCK_DIR``, else
   ``/run/lock/nvdeploy`` (or ``/var/lock``'s) when it is there for this user (root's, or a group folder an admin
   made) or root may make it, else ``$XDG_RUNTIME_DIR/nvdeploy``; every folder on the path is checked (owner, mode,
@@ -54,12 +59,14 @@ The cost on the node: every process the wrapper adds is a fork and, for a tool, 
 dynamic loading, on every node of the fleet. What is left, and why:
 
 - per command: ``timeout`` (the per-command limit; it also gives the tool the process group the stray sweep
-  relies on), the tool itself, and two cappers, one per stream: a subshell that runs ``head -c CAP`` and then
+  relies on) and the tool itself. The tool writes into FIFOs (with the Python capper opened read-write, which
+  never waits: a tool whose capper died blocks under its own timeout), so the shell starts it as one background
+  job of its own and gets its exit status from ``wait`` (no subshell per command to write a status file). Only
+  on a node without a system Python, two cappers per stream more: a subshell that runs ``head -c CAP`` and then
   becomes (``exec``) the ``wc -c`` that drains and counts the rest (a stream is drained, never cut: a tool that
-  got EPIPE would end early and report a different status); for ``keep_tail`` a ``dd`` and a ``tail``. The tool
-  writes into FIFOs, so the shell starts it as one background job of its own and gets its exit status from
-  ``wait`` (no subshell per command to write a status file), and the cappers are plain background jobs.
-- per batch: ``mktemp`` (a private folder, created safely), ``mkfifo`` (all FIFOs at once), ``flock`` and
+  got EPIPE would end early and report a different status); for ``keep_tail`` a ``dd`` and a ``tail``.
+- per batch: the Python capper (about 10 ms of CPU to start: less than the shell cappers of four commands),
+  ``mktemp`` (a private folder, created safely), ``mkfifo`` (all FIFOs at once), ``flock`` and
   ``date`` (the lock and its holder info; ``mkdir`` only the first time on a node), the watcher subshell (plus,
   with a heartbeat, a clock subshell and its ``sleep``: a POSIX ``read`` has no timeout), one ``grep`` for the
   stray sweep at the end (and more only when it found strays), one ``wc -c`` for the kept sizes of all files,
@@ -91,7 +98,7 @@ RAN_MARKER = b"__NVD_RAN__"
 # How far a batch got, from those lines (see stage_of).
 NOT_STARTED, STARTED, RAN = 0, 1, 2
 _HEADER = re.compile(
-    rb"__NVD_CMD (\d+) rc=(\d+|x|s\d+) out=(\d+)/(\d+) err=(\d+)/(\d+)__\n"
+    rb"__NVD_CMD (\d+) rc=(\d+|x|s\d+|c\d+) out=(\d+)/(\d+) err=(\d+)/(\d+)__\n"
 )
 _SUDO = re.compile(rb"__NVD_SUDO__ rc=(\d+) err=(\d+)\n")
 _BUSY = re.compile(rb"__NVD_BUSY__ ([^\n]*)\n")
@@ -112,13 +119,17 @@ LOCK_BASES = ("/run/lock", "/var/lock")
 _REJECTED = (b"incorrect password", b"Sorry, try again", b"Authentication failure", b"authentication failure")
 # What it says when the password was right but sudoers does not let the user run the command.
 _POLICY = (b"is not in the sudoers file", b"is not allowed to execute", b"is not allowed to run sudo")
-# dd's block size for the keep_tail stream (it passes data on as it reads it; this only bounds one read).
-_DD_BS = 65536
 _PW_END = "NVD_PW_END"  # the here-document delimiter that carries the sudo password
 
 # The fixed part of the node-side script, shipped as package data and checked by shellcheck (batch.sh): its
 # "# @part NAME" sections, in file order. Names in it start with nvd_ so a tool's environment cannot collide.
 _SCRIPT_PATH = Path(__file__).with_name("batch.sh")
+# The node-side Python capper (batch_capper.py) as the script carries it: its code, without the module docstring.
+_CAPPER_TEXT = Path(__file__).with_name("batch_capper.py").read_text(encoding="utf-8")
+CAPPER_CODE = _CAPPER_TEXT[_CAPPER_TEXT.index("\nimport os\n") + 1:]
+# Where a node's system Python is (RHEL 8 has only platform-python): a fixed path, never $PATH's python3, which may
+# be a user's virtual environment or a pyenv shim (a shell script that costs more than the cappers it replaces).
+SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/libexec/platform-python")
 
 
 def _script_parts(text: str) -> dict[str, str]:
@@ -159,22 +170,22 @@ def _fifos(index: int, spec: CommandSpec) -> list[str]:
     return [f"{index}.po", f"{index}.pe"] + ([f"{index}.pt"] if spec.keep_tail else [])
 
 
+def _cap_words(index: int, spec: CommandSpec) -> str:
+    """The command's cap as the cappers take it: INDEX CAP, then t when stdout keeps its tail."""
+    return f"{index} {max(0, int(spec.max_bytes))}" + (" t" if spec.keep_tail else "")
+
+
 def _launch(index: int, spec: CommandSpec, sudo_password: bool) -> str:
-    """The cappers (background jobs reading the command's FIFOs), then the command itself as one background job
-    (timeout execs in the forked shell: no subshell) whose pid is kept for ``wait``."""
-    cap = max(0, int(spec.max_bytes))
-    f = f'"$d/{index}'
-    if spec.keep_tail:
-        out = (f"dd bs={_DD_BS} <{f}.po\" >{f}.pt\" 2>{f}.ot\" & nvd_c=\"$nvd_c $!\"\n"
-               f"tail -c {cap} <{f}.pt\" >{f}.o\" 2>/dev/null & nvd_c=\"$nvd_c $!\"")
-    else:
-        out = f"nvd_h {f}.o\" {cap} <{f}.po\" 2>/dev/null & nvd_c=\"$nvd_c $!\""
+    """The command as one background job (timeout execs in the forked shell: no subshell) whose pid is kept for
+    ``wait``. Its stdout and stderr are fds 5 and 6, its FIFOs as ``nvd_cap`` opened them (after starting its shell
+    cappers when no Python capper runs); the shell closes them once the command has them."""
     command, here = _command_line(spec, sudo_password)
     # A here-document follows the line that opens it.
     body = f"\n$NVD_SUDO_PW\n{_PW_END}" if here else ""
     stdin = here or " </dev/null"  # the here-document is sudo's stdin; a later </dev/null would replace it
-    return (f"{out}\nnvd_h {f}.e\" {cap} <{f}.pe\" 2>/dev/null & nvd_c=\"$nvd_c $!\"\n"
-            f"{command}{stdin} >{f}.po\" 2>{f}.pe\" & nvd_p{index}=$!{body}")
+    return (f"nvd_cap {_cap_words(index, spec)}\n"
+            f"{command}{stdin} >&5 2>&6 5>&- 6>&- & nvd_p{index}=$!{body}\n"
+            "exec 5>&- 6>&-")
 
 
 def _wait(index: int) -> str:
@@ -184,11 +195,15 @@ def _wait(index: int) -> str:
 def _not_run(index: int) -> str:
     """A sudo command skipped because the password check failed: its stderr is sudo's answer to that check."""
     f = f'"$d/{index}'
-    return f'nvd_r{index}="s$nvd_s"; : >{f}.o"; head -c 65536 "$d/s.e" >{f}.e" 2>/dev/null'
+    # The Python capper has this command's FIFOs open and waits for their end: it is given them (and keeps and
+    # counts sudo's answer as the command's stderr); the shell cappers were never started for it.
+    return (f'nvd_r{index}="s$nvd_s"\n'
+            f'if [ -n "$nvd_py" ]; then : 1<>{f}.po"; head -c 65536 "$d/s.e" 1<>{f}.pe" 2>/dev/null\n'
+            f'else : >{f}.o"; head -c 65536 "$d/s.e" >{f}.e" 2>/dev/null; fi')
 
 
 def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False, run_id: str = "",
-                 lock: bool = True, heartbeat_lost_s: Optional[float] = None) -> str:
+                 lock: bool = True, heartbeat_lost_s: Optional[float] = None, python_capper: bool = True) -> str:
     """The sh script that runs ``commands`` in parallel and prints framed results.
 
     With ``sudo_password`` the script first reads one line (the password) from its stdin into a shell
@@ -196,7 +211,9 @@ def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False, r
     caller must keep stdin open (and send nothing more) until it has read the answer: EOF on stdin means the
     run ended, and the batch kills its processes. ``run_id`` is written next to the node lock (``lock``).
     With ``heartbeat_lost_s``, the caller also sends :data:`HEARTBEAT` every :data:`HEARTBEAT_S` seconds, and
-    at most ``heartbeat_lost_s`` seconds of silence (at least half of it) end the batch too.
+    at most ``heartbeat_lost_s`` seconds of silence (at least half of it) end the batch too. With
+    ``python_capper`` (the default), one Python process on the node caps every command's output when the node has
+    a system Python (:data:`SYSTEM_PYTHONS`); otherwise, and without it, two shell cappers per stream do.
     """
     period = max(1, int(heartbeat_lost_s) // 2) if heartbeat_lost_s else 0
     lines = ["export LC_ALL=C LANG=C"]
@@ -216,6 +233,12 @@ def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False, r
         # batch.sh's settings (its header lists them): plain words, quoted all the same
         f"nvd_grace_ticks={KILL_GRACE_S * 10} nvd_period={period} nvd_endm={shlex.quote(END_MARKER.decode())} "
         f"nvd_run={shlex.quote(run_id or '-')} nvd_lock_bases={shlex.quote(' '.join(LOCK_BASES))}",
+        f"nvd_py= nvd_capper={shlex.quote(CAPPER_CODE)}",
+    ]
+    if python_capper and commands:
+        lines.append(f"for nvd_x in {' '.join(SYSTEM_PYTHONS)}; do "
+                     '[ -x "$nvd_x" ] && { nvd_py=$nvd_x; break; }; done')
+    lines += [
         _PARTS["prelude"],
     ]
     if lock:  # before anything runs: a refused batch starts nothing, and sends no password
@@ -234,10 +257,12 @@ def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False, r
             "printf '__NVD_SUDO__ rc=%s err=%s\\n' \"$nvd_s\" \"$nvd_v\"; head -c \"$nvd_v\" \"$d/s.e\""
         )
     fifos = " ".join(name for index, spec in enumerate(commands) for name in _fifos(index, spec))
+    lines.append("nvd_c= nvd_cs=0")
     if fifos:
-        lines.append(f'(cd "$d" && exec mkfifo {fifos}) || '
+        lines.append(f'(cd "$d" && exec mkfifo r {fifos}) || '
                      '{ echo "nvdeploy: cannot make FIFOs in $d" >&2; exit 97; }')
-    lines.append("nvd_c=")
+        lines.append("nvd_start_capper " + " ".join(
+            _cap_words(index, spec).replace(" ", ":") for index, spec in enumerate(commands)))
     skipped = set()
     for index, spec in enumerate(commands):
         if gate and spec.sudo:
@@ -262,7 +287,7 @@ def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False, r
         # so the cappers see EOF, then wait for the cappers. The watcher stays up until then: if a capper still
         # hangs (a stray that cannot be killed holds its FIFO), the controller's EOF still ends the batch.
         'nvd_only_tools=1; nvd_spare="$$ $PPID"; nvd_end; nvd_only_tools=',
-        '[ -n "$nvd_c" ] && wait $nvd_c',
+        'if [ -n "$nvd_py" ]; then wait "$nvd_c"; nvd_cs=$?; elif [ -n "$nvd_c" ]; then wait $nvd_c; fi',
         # Then the watcher (it stops its clock before it goes). A closed channel must not kill us by SIGPIPE
         # before the EXIT trap removed the temp folder.
         'kill "$nvd_w" 2>/dev/null; wait "$nvd_w"; trap \'\' PIPE',
@@ -409,7 +434,8 @@ def parse_output(
         cut_off = len(stdout) < out_len or len(stderr) < err_len
         rc_text = match.group(2).decode()
         skipped = rc_text.startswith("s")
-        rc = None if rc_text == "x" or skipped else int(rc_text)
+        capper_failed = rc_text.startswith("c")
+        rc = None if rc_text == "x" or skipped or capper_failed else int(rc_text)
         timed_out = rc in TIMEOUT_RCS
         error = None
         detail = ""
@@ -417,6 +443,9 @@ def parse_output(
             error, detail = batch_error or ErrorReason.INCOMPLETE, batch_detail or "output cut off in transfer"
         elif skipped:
             error, detail = ErrorReason.SUDO, _sudo_detail(int(rc_text[1:]), stderr)
+        elif capper_failed:
+            error, detail = (ErrorReason.INCOMPLETE,
+                             f"the node's output capper failed (exit {rc_text[1:]}): the output is not trusted")
         elif rc is None:
             error, detail = ErrorReason.INCOMPLETE, "command left no exit status"
         elif timed_out:

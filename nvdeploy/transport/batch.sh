@@ -13,6 +13,8 @@
 #   nvd_run           the run id written to the lock's holder info
 #   nvd_lock_bases    the system lock folders to try, first found wins (fixed words, no blanks)
 #   nvd_uid           the user id (root may remove anyone's stale holder info)
+#   nvd_py            the node's system Python for the capper; empty: the shell cappers (nvd_cap)
+#   nvd_capper        the Python capper's code (transport/batch_capper.py)
 # Sections start with "# @part NAME" lines; batch.py places each where its order needs it.
 
 # @part prelude
@@ -71,13 +73,45 @@ nvd_end() {
   nvd_sig=KILL; nvd_sweep
 }
 nvd_h() { head -c "$2" >"$1"; exec wc -c >"$1n"; }
+nvd_cap() {
+  # Opens command $1's stdout and stderr FIFOs as fds 5 and 6 for its launch (cap $2; $3=t: stdout keeps its
+  # tail). With the Python capper (it has every FIFO open already) read-write: Linux opens a FIFO so at once, and a
+  # command whose capper died then blocks on a full FIFO under its own timeout instead of hanging the batch. Else
+  # it first starts the shell cappers: per stream a subshell that keeps the head, then counts (and drains) the
+  # rest; for a tail, dd passes stdout on and counts it, and tail keeps its end. Their FIFOs are then opened
+  # write-only, which waits for each capper to open its end: a FIFO's data is lost when its last writer closes
+  # before any reader opened it.
+  if [ -n "$nvd_py" ]; then exec 5<>"$d/$1.po" 6<>"$d/$1.pe"; return; fi
+  if [ "$3" = t ]; then
+    dd bs=65536 <"$d/$1.po" >"$d/$1.pt" 2>"$d/$1.ot" & nvd_c="$nvd_c $!"
+    tail -c "$2" <"$d/$1.pt" >"$d/$1.o" 2>/dev/null & nvd_c="$nvd_c $!"
+  else
+    nvd_h "$d/$1.o" "$2" <"$d/$1.po" 2>/dev/null & nvd_c="$nvd_c $!"
+  fi
+  nvd_h "$d/$1.e" "$2" <"$d/$1.pe" 2>/dev/null & nvd_c="$nvd_c $!"
+  exec 5>"$d/$1.po" 6>"$d/$1.pe"
+}
+nvd_start_capper() {
+  # The Python capper (batch_capper.py, in $nvd_capper) for every command's FIFOs: $@ are its INDEX:CAP[:t]
+  # words. It says "ok" once it has opened them all; without that line (no Python, or it failed) nvd_py is
+  # emptied and nvd_cap starts the shell cappers. Its stdout FIFO has no other writer: its exit is an EOF here.
+  [ -n "$nvd_py" ] || return 0
+  "$nvd_py" -I -S -c "$nvd_capper" "$d" "$@" </dev/null >"$d/r" 2>/dev/null 9<&- & nvd_c=$!
+  nvd_x=
+  IFS= read -r nvd_x <"$d/r"
+  [ "$nvd_x" = ok ] && return 0
+  wait "$nvd_c"
+  nvd_c='' nvd_py=''
+}
 nvd_rd() { nvd_v=; read -r nvd_v 2>/dev/null <"$1"; case $nvd_v in ''|*[!0-9]*) nvd_v=0 ;; esac; }
 nvd_fr() {
   # The frame header of command $1 (exit status $2; $3=t: stdout kept its tail) into $d/$1.h. The kept sizes
   # come from the one wc over all files (nvd_k_*); the true sizes from each capper's count of the rest, or for a
-  # tail from dd's "N bytes copied".
+  # tail kept by the shell cappers from dd's "N bytes copied".
   eval "nvd_o=\${nvd_k_$1_o:-0} nvd_e=\${nvd_k_$1_e:-0}"
-  if [ "$3" = t ]; then
+  # The Python capper failed: what it kept is not trusted, for any command.
+  [ "$nvd_cs" = 0 ] || set -- "$1" "c$nvd_cs"
+  if [ "$3" = t ] && [ -z "$nvd_py" ]; then
     nvd_v=0
     while read -r nvd_a nvd_b nvd_c; do
       case $nvd_b in byte|bytes) case $nvd_a in ''|*[!0-9]*) ;; *) nvd_v=$nvd_a ;; esac ;; esac

@@ -62,6 +62,15 @@ def node_env(tmp_path, monkeypatch):
     return tmp_path, marker.encode()
 
 
+@pytest.fixture(params=["python", "shell"])
+def each_capper(request, monkeypatch) -> str:
+    """Runs a test with the node's Python capper and again with the shell cappers (a node without a system
+    Python)."""
+    if request.param == "shell":
+        monkeypatch.setattr(batch, "SYSTEM_PYTHONS", ("/nonexistent/python3",))
+    return request.param
+
+
 def _marked(marker: bytes) -> list[int]:
     """Live processes whose environment carries ``marker`` (the batch's and its tools')."""
     found = []
@@ -159,7 +168,7 @@ def test_sudo_not_run_frames_and_the_early_password_check():
 # ------------------------------------------------------------------------------------------- local transport
 
 
-def test_local_output_is_capped_on_the_node_with_the_true_size(node_env):
+def test_local_output_is_capped_on_the_node_with_the_true_size(node_env, each_capper):
     folder, _ = node_env
     specs = [
         CommandSpec("head", ("sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' a; echo END"), 30, max_bytes=1000),
@@ -191,7 +200,7 @@ def test_local_output_is_capped_on_the_node_with_the_true_size(node_env):
     assert list((folder / "tmp").iterdir()) == []  # the batch removed its folder
 
 
-def test_local_abort_ends_every_process_and_removes_the_temp_folder(node_env):
+def test_local_abort_ends_every_process_and_removes_the_temp_folder(node_env, each_capper):
     folder, marker = node_env
     specs = [CommandSpec("stubborn", ("sh", "-c", "trap '' TERM; sleep 1000 & sleep 1001"), 600),
              CommandSpec("child", ("sh", "-c", "python3 -c 'import os,time; os.setpgid(0,0); time.sleep(1000)' & "
@@ -246,7 +255,7 @@ def test_local_second_run_is_refused_busy_and_names_the_holder(node_env):
     assert (after[0].rc, after[0].stdout) == (0, b"ok\n")  # the lock went with its holder
 
 
-def test_local_wrong_password_is_tried_once_and_never_again(node_env):
+def test_local_wrong_password_is_tried_once_and_never_again(node_env, each_capper):
     folder, _ = node_env
     gate = SudoGate("wrong")
     specs = [CommandSpec("kmsg", ("echo", "k"), 5, sudo=True), CommandSpec("root2", ("echo", "r"), 5, sudo=True),
@@ -391,13 +400,20 @@ def test_ssh_exec_request_without_reply_is_bounded_and_stdin_stays_open():
 # -------------------------------------------------------------------------------------- the wrapper's cost
 
 
-def test_wrapper_starts_three_jobs_per_command_and_never_polls():
-    """Per command, the script starts the command (timeout execs in the forked shell) and one capper per
-    stream, as background jobs; it waits for them instead of polling with sleep."""
+def test_wrapper_starts_one_job_per_command_one_capper_per_batch_and_never_polls():
+    """Per command, the script starts the command as one background job (timeout execs in the forked shell); one
+    Python capper serves them all; the shell cappers (two jobs per stream) are only in nvd_cap, for a node without
+    a system Python. It waits for them instead of polling with sleep."""
     specs = [CommandSpec(f"c{i}", ("echo", str(i)), 5) for i in range(5)]
     script = batch.build_script(specs, run_id="r", heartbeat_lost_s=60)
-    jobs = [line for line in script.splitlines() if "& nvd_c=" in line or "& nvd_p" in line]
-    assert len(jobs) == 3 * len(specs)
+    fallback = script.split("\nnvd_cap() {", 1)[1].split("\n}\n", 1)[0]
+    assert 'if [ -n "$nvd_py" ]; then exec 5<>"$d/$1.po" 6<>"$d/$1.pe"; return; fi' in fallback
+    outside = script.replace(fallback, "")
+    commands = [line for line in outside.splitlines() if "& nvd_p" in line]
+    assert len(commands) == len(specs) and all(line.startswith("timeout ") for line in commands)
+    assert [line for line in outside.splitlines() if "& nvd_c=" in line] == [
+        '  "$nvd_py" -I -S -c "$nvd_capper" "$d" "$@" </dev/null >"$d/r" 2>/dev/null 9<&- & nvd_c=$!']
+    assert script.count("\nnvd_start_capper 0:4194304 1:4194304 2:4194304 3:4194304 4:4194304\n") == 1
     assert all(f'wait "$nvd_p{i}"' in script for i in range(5))
     # Only a run refused by another's lock re-reads (briefly) a holder file being written; it runs no command.
     before_busy, busy = script.split("nvd_info='' nvd_try=0", 1)
@@ -407,7 +423,62 @@ def test_wrapper_starts_three_jobs_per_command_and_never_polls():
     assert "$(cat" not in script and "| nvd_head" not in script
 
 
-def test_local_normal_end_leaves_no_process_with_a_heartbeat_clock(node_env):
+def _session_commands(marker: bytes) -> list[str]:
+    """The names (comm) of the live processes that carry ``marker``."""
+    names = []
+    for pid in _marked(marker):
+        try:
+            names.append(Path(f"/proc/{pid}/comm").read_text().strip())
+        except OSError:
+            continue
+    return names
+
+
+def test_a_running_batch_costs_one_process_per_command_beyond_its_tool(node_env, each_capper):
+    """While four commands run, the node has, beyond the tools: one timeout(1) per command and, with a system
+    Python, one capper for the batch; with the shell cappers, two processes per stream more."""
+    folder, marker = node_env
+    specs = [CommandSpec(f"t{i}", ("tail", "-f", "/dev/null"), 600) for i in range(4)]
+    transport = LocalTransport()
+    transport.connect()
+    results: list = []
+    worker = threading.Thread(target=lambda: results.extend(transport.run_batch(specs)))
+    worker.start()
+    try:
+        python3, head = {"python": (1, 0), "shell": (0, 8)}[each_capper]  # shell: one head per stream
+        _wait_for(lambda: sorted(n for n in _session_commands(marker) if n in ("tail", "timeout")) ==
+                  ["tail"] * 4 + ["timeout"] * 4, 30, "the four commands to run")
+        _wait_for(lambda: sum(n in ("python3", "head") for n in _session_commands(marker)) == python3 + head, 30,
+                  "the cappers")
+        names = _session_commands(marker)
+        assert (names.count("python3"), names.count("head")) == (python3, head), names
+        assert "wc" not in names and "dd" not in names
+    finally:
+        transport.close()
+        worker.join(30)
+    assert [r.error for r in results] == [ErrorReason.INTERRUPTED] * 4
+
+
+def test_a_capper_that_fails_makes_every_command_an_error_not_a_hang(node_env, monkeypatch):
+    """The capper says it is ready and dies: nothing it kept is framed as a result, and the commands (which never
+    block on their FIFOs: they are open read-write) end under their own timeouts."""
+    monkeypatch.setattr(batch, "CAPPER_CODE", 'import os\nos.write(1, b"ok\\n")\nraise SystemExit(3)\n')
+    specs = [CommandSpec("a", ("echo", "x"), 5), CommandSpec("flood", ("head", "-c", "1000000", "/dev/zero"), 3)]
+    started = time.monotonic()
+    results = LocalTransport().run_batch(specs)
+    assert time.monotonic() - started < 60
+    for result in results:
+        assert (result.rc, result.error) == (None, ErrorReason.INCOMPLETE), result
+        assert "the node's output capper failed (exit 3)" in result.error_detail
+
+
+def test_a_python_that_does_not_start_the_capper_leaves_it_to_the_shell(node_env, monkeypatch):
+    monkeypatch.setattr(batch, "SYSTEM_PYTHONS", ("/bin/false",))
+    (result,) = LocalTransport().run_batch([CommandSpec("a", ("sh", "-c", "echo out; echo err >&2"), 5)])
+    assert (result.rc, result.stdout, result.stderr, result.error) == (0, b"out\n", b"err\n", None)
+
+
+def test_local_normal_end_leaves_no_process_with_a_heartbeat_clock(node_env, each_capper):
     folder, marker = node_env
     specs = [CommandSpec("a", ("sh", "-c", "echo out; echo err >&2; exit 3"), 5),
              CommandSpec("b", ("sh", "-c", "sleep 600 & echo started"), 5)]

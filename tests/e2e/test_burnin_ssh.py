@@ -49,9 +49,9 @@ def write_inventory(cluster: SshCluster, folder: Path) -> Path:
     return path
 
 
-def burn_in_args(inventory: Path, out: Path, duration: str) -> list[str]:
+def burn_in_args(inventory: Path, out: Path, duration: str, interval: str = "1") -> list[str]:
     return ["validate", "-i", str(inventory), "--out", str(out), "--level", "quick", "--burn-in", duration,
-            "--burn-in-interval", "1", "--no-history"]
+            "--burn-in-interval", interval, "--no-history"]
 
 
 def results(out: Path) -> dict:
@@ -99,7 +99,9 @@ def until_nothing_left(cluster: SshCluster, names: list[str], since: float) -> f
 def test_burn_in_over_ssh_names_the_throttling_gpu_and_leaves_nothing(ssh_cluster_factory, tmp_path):
     cluster = ssh_cluster_factory([scenario("steady"), scenario("hot", "throttle_after:0.25:5")])
     out = tmp_path / "reports"
-    run = run_nvdeploy(burn_in_args(write_inventory(cluster, tmp_path), out, "1m"), cwd=tmp_path, timeout=240)
+    # Samples 2 s apart, as in the resume test below: coverage that a loaded machine's slow fake cannot miss.
+    run = run_nvdeploy(burn_in_args(write_inventory(cluster, tmp_path), out, "1m", interval="2"), cwd=tmp_path,
+                       timeout=240)
     assert run.rc == 1, run.stdout + run.stderr
     nodes = {n["name"]: n for n in results(out)["nodes"]}
     stability = {name: [f for f in node["findings"] if f["check"] == "burnin.stability"]
@@ -109,9 +111,9 @@ def test_burn_in_over_ssh_names_the_throttling_gpu_and_leaves_nothing(ssh_cluste
     failed = [f for f in stability["hot"] if f["verdict"] != "PASS"]
     assert [f["verdict"] for f in failed] == ["FAIL"], failed
     assert failed[0]["summary"].startswith("GPU5: sw_thermal_slowdown"), failed
-    # Real samples, a second apart, for the whole minute: the loop ran until the sampler script stopped it.
+    # Real samples, two seconds apart, for the whole minute: the loop ran until the sampler script stopped it.
     samples = int(stability["steady"][0]["summary"].split(" samples")[0].rsplit(" ", 1)[-1])
-    assert 45 <= samples <= 75, stability["steady"][0]["summary"]
+    assert 22 <= samples <= 38, stability["steady"][0]["summary"]
     load = {name: [f for f in node["findings"] if f["check"] == "burnin.load"] for name, node in nodes.items()}
     assert all(f["verdict"] == "PASS" for fs in load.values() for f in fs) and all(load.values()), load
     until_nothing_left(cluster, ["steady", "hot"], time.monotonic())
@@ -147,7 +149,10 @@ def test_sigterm_then_resume_burns_in_for_the_runs_duration(ssh_cluster_factory,
     names = ["r1", "r2"]
     cluster = ssh_cluster_factory([scenario(name) for name in names])
     out = tmp_path / "reports"
-    process = start_nvdeploy(burn_in_args(write_inventory(cluster, tmp_path), out, "1m"), cwd=tmp_path)
+    # Samples 2 s apart: the stability check asks them to cover 95% of the minute less two intervals (53 s), and a
+    # simulated nvidia-smi (a Python process) takes seconds to print its first row when the suite loads the machine
+    # (55 s of a minute were covered once in CI at 1 s, short of 55 s).
+    process = start_nvdeploy(burn_in_args(write_inventory(cluster, tmp_path), out, "1m", interval="2"), cwd=tmp_path)
     wait_until_burning(cluster, names, process)
     time.sleep(20)  # well into the minute: a resume that burnt in only for what was left would sample <= 40 s
     process.send_signal(signal.SIGTERM)

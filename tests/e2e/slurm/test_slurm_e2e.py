@@ -400,7 +400,7 @@ def test_via_slurm_burn_in_is_a_step_for_its_whole_duration_and_names_the_thrott
     started = time.monotonic()
     done = validate(slurm, inventory(tmp_path, "slurm: {partition: debug, nodes: 'node[1-3]', timeout: 20}",
                                      vars_="command_timeout: 90"),
-                    tmp_path, "--via", "slurm", "--burn-in", "1m", "--burn-in-interval", "1", timeout=280)
+                    tmp_path, "--via", "slurm", "--burn-in", "1m", "--burn-in-interval", "2", timeout=280)
     took = time.monotonic() - started
     assert done.returncode == 1, done.stdout + done.stderr
     data = results(tmp_path)
@@ -411,9 +411,11 @@ def test_via_slurm_burn_in_is_a_step_for_its_whole_duration_and_names_the_thrott
         assert len(stability[name]) == 8 and {f["verdict"] for f in stability[name]} == {"PASS"}, stability[name]
     failed = [f for f in stability["node3"] if f["verdict"] != "PASS"]
     assert [f["verdict"] for f in failed] == ["FAIL"] and failed[0]["summary"].startswith("GPU5: "), failed
-    # Samples a second apart for the whole minute: the step ran for the burn-in, not cut short by its time limit.
+    # Samples two seconds apart for the whole minute (2 s: the stability check's coverage, 53 s, holds even when a
+    # loaded machine's fake nvidia-smi takes seconds to print its first row): the step ran for the burn-in, not cut
+    # short by its time limit.
     samples = int(stability["node1"][0]["summary"].split(" samples")[0].rsplit(" ", 1)[-1])
-    assert 45 <= samples <= 75, stability["node1"][0]["summary"]
+    assert 22 <= samples <= 38, stability["node1"][0]["summary"]
     load = [f for n in ("node1", "node2", "node3") for f in nodes[n]["findings"] if f["check"] == "burnin.load"]
     assert load and {f["verdict"] for f in load} == {"PASS"}, load
     (phase,) = [p for p in data["phases"] if p["phase"] == "slurm"]

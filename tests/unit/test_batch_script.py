@@ -73,3 +73,17 @@ def test_the_assembled_script_runs_its_commands_and_frames_their_outputs(tmp_pat
     assert (by_name["fail"].rc, by_name["fail"].stderr) == (3, b"oops\n")
     assert by_name["slow"].timed_out and by_name["slow"].rc is None
     assert [p.name for p in (tmp_path / "lock").iterdir()] == []  # holder info removed at the end
+
+
+def test_the_python_capper_parses_as_the_oldest_system_python_it_runs_on() -> None:
+    """RHEL 8's platform-python is 3.6: the capper the script carries must parse as 3.6 (no walrus, no positional-only
+    parameters, no subscripted builtins outside strings). Python 3.13 parses as far back as 3.7 only."""
+    import ast
+    import sys
+
+    oldest = (3, 6) if sys.version_info < (3, 13) else (3, 7)
+    tree = ast.parse(batch.CAPPER_CODE, feature_version=oldest)
+    names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert imported == {"os", "select", "sys"} and "__future__" not in batch.CAPPER_CODE
+    assert "main" in names and not any(isinstance(node, ast.ImportFrom) for node in ast.walk(tree))

@@ -3,14 +3,16 @@
 Runs the quick level's light collectors of one h100-sxm-8x node on this machine, each command's tool replaced by
 ``true`` (the tool costs the same in both contenders; what differs is the wrapper), two ways:
 
-- ``batch``: the script nvdeploy sends (transport/batch.py + batch.sh: per-command timeout, cappers, frames, lock,
-  watcher), fed on a held-open stdin as the transports do, with the node's system Python as the one capper;
-- ``shell``: the same script on a node without a system Python: two shell cappers per stream (what every node
-  ran before the Python capper);
+- ``batch``: the script nvdeploy sends (transport/batch.py), fed on a held-open stdin as the transports do, on a
+  node with a system Python: the whole batch (per-command timeout, capping, frames, lock, watcher) in one Python
+  process (transport/batch_runner.py);
+- ``shell``: the same script on a node without a system Python: the shell batch (transport/batch.sh), two shell
+  cappers per stream;
 - ``plain``: the same command lines (their ``timeout`` and quoting included, no cappers, lock or frames) joined by
   ``;`` in one ``sh -c``, as a bare fabric loop would send them.
 
-Each run is in a fresh PID namespace (``unshare --pid --fork``, root): the pid the namespace's next process gets,
+Each run is in a fresh PID namespace (``unshare --pid --fork``, root), as the leader of its own session (``setsid``,
+as sshd starts a command, so the batch's sweep of its session runs): the pid the namespace's next process gets,
 minus one, is how many processes the run created. CPU is the user+system time the run's process tree used
 (``os.wait4`` of ``unshare``). Prints the median of ``--repeat`` runs, interleaved, and the ratio; a run whose
 outputs were not all framed prints NOT MEASURED, never a figure.
@@ -40,6 +42,8 @@ from nvdeploy.transport import batch  # noqa: E402
 
 # What the namespace runs after the measured script: its own pid is the count of processes created before it + 1.
 _COUNT = 'sh -c \'echo "__NVD_NEXT_PID__ $$"\''
+# The Python batch's script ends with an exit: the count is then taken by the shell's EXIT trap.
+_COUNT_AT_EXIT = "trap \"$(printf '%s' " + shlex.quote(_COUNT) + ")\" EXIT"
 
 
 def quick_specs(tool: str, every_light: bool = False) -> list:
@@ -55,14 +59,14 @@ def plain_script(specs: list) -> str:
 
 def measure(script: str, lock_dir: str) -> tuple[int, float, bytes]:
     """(processes created by ``script``, CPU seconds of its tree, its stdout)."""
-    wrapper = f"{script}\n{_COUNT}\n"
+    wrapper = f"{_COUNT_AT_EXIT}\n{script}\ntrap - EXIT\n{_COUNT}\n"
     env = {**os.environ, "NVDEPLOY_LOCK_DIR": lock_dir, "LC_ALL": "C"}
     # The measured shell reads its script from a file; its stdin stays an open pipe until it is done (the batch's
     # watcher ends everything at EOF, as on a node whose controller went away).
     with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as handle:
         handle.write(wrapper)
     try:
-        proc = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "sh", handle.name],
+        proc = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "setsid", "sh", handle.name],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         assert proc.stdout is not None
         out = proc.stdout.read()
@@ -91,7 +95,7 @@ def main() -> int:
     specs = quick_specs(args.tool, args.every_light)
     batch_script = batch.build_script(specs, run_id="bench", heartbeat_lost_s=batch.HEARTBEAT_LOST_S)
     shell_script = batch.build_script(specs, run_id="bench", heartbeat_lost_s=batch.HEARTBEAT_LOST_S,
-                                      python_capper=False)
+                                      python_runner=False)
     plain = plain_script(specs)
     results: dict[str, list[tuple[int, float]]] = {"batch": [], "shell": [], "plain": []}
     with tempfile.TemporaryDirectory() as lock_dir:
@@ -114,7 +118,7 @@ def main() -> int:
     print(f"node-side cost of one {'every-light' if args.every_light else 'quick-level'} batch "
           f"({len(specs)} commands, tool '{args.tool}'), "
           f"median of {args.repeat}, load {load:.1f}")
-    for name, what in (("batch", "batch, Python capper"), ("shell", "batch, shell cappers")):
+    for name, what in (("batch", "batch, Python"), ("shell", "batch, shell")):
         print(f"  {what}: processes per node {procs[name]:.0f} vs plain {procs['plain']:.0f} "
               f"({procs[name] / len(specs):.1f} vs {procs['plain'] / len(specs):.1f} per command; "
               f"ratio {procs[name] / procs['plain']:.2f}x); node-side CPU {cpu[name]:.1f} ms vs plain "

@@ -15,8 +15,8 @@ Rows (``--only sim,ssh``):
   (``nvdeploy.testing.replay``: a shell ``case`` and ``cat`` of recorded outputs, a few ms per call), so the figure
   measures nvdeploy, not the fake tools. Contenders, each in a fresh worker process: nvdeploy's ``run_validate``
   (quick level) and a plain fabric pool of ``--forks`` threads, one connection and ONE ``run()`` per node of the
-  very commands nvdeploy sends (the same NVML probe in argv), joined by ``;``; and nvdeploy again with the batch's
-  shell cappers, as on nodes without a system Python (no Python capper). Goals: wall <= 1.25x, controller CPU <=
+  very commands nvdeploy sends (the same NVML probe in argv), joined by ``;``; and nvdeploy again with the
+  shell batch, as on nodes without a system Python. Goals: wall <= 1.25x, controller CPU <=
   1.5x, and node-side CPU (sshd sessions, shells, tools: what the listeners reaped) <= 1.2x.
 
 A figure is printed only for a run that did the work: every node's verdict is read back, and a run in which nodes
@@ -264,15 +264,15 @@ def quick_commands() -> tuple[tuple[str, ...], list[str]]:
     return checks, [spec.display for spec in specs]
 
 
-def worker_nvdeploy(spec: dict[str, Any], shell_cappers: bool = False) -> dict[str, Any]:
-    """nvdeploy's quick run; with ``shell_cappers`` as on nodes without a system Python (no Python capper)."""
+def worker_nvdeploy(spec: dict[str, Any], shell_batch: bool = False) -> dict[str, Any]:
+    """nvdeploy's quick run; with ``shell_batch`` as on nodes without a system Python (transport/batch.sh)."""
     from nvdeploy.config.inventory import load_inventory
     from nvdeploy.config.profiles import ProfileCatalog
     from nvdeploy.phases.validate import run_validate
     from nvdeploy.runner.engine import EngineOptions
     from nvdeploy.transport import batch
 
-    if shell_cappers:
+    if shell_batch:
         batch.SYSTEM_PYTHONS = ("/nonexistent/python3",)
 
     started, cpu = time.perf_counter(), time.process_time()
@@ -366,13 +366,13 @@ def bench_ssh(n: int, forks: int, tmp: Path, timeout_s: float) -> Optional[dict[
         print(f"  {'contender':<28} {'wall s':>7} {'CPU s':>6} {'node CPU s':>10} {'peak RSS MiB':>12}  "
               f"{'load 1/5/15 min':<16} result")
         rows: dict[str, dict[str, Any]] = {}
-        # interleaved, best of two each; nvdeploy-shell: the batch's shell cappers (nodes without a system Python)
+        # interleaved, best of two each; nvdeploy-shell: the shell batch (nodes without a system Python)
         for kind in ("fabric", "nvdeploy", "nvdeploy-shell") * 2:
             before_load, before_cpu = load(), node_cpu(cluster)
             res = run_worker(kind, spec_file, timeout_s)
             time.sleep(0.5)  # let the listeners reap the last sessions
             res["node_cpu"] = node_cpu(cluster) - before_cpu
-            label = {"nvdeploy": "nvdeploy validate (quick)", "nvdeploy-shell": "  same, shell cappers",
+            label = {"nvdeploy": "nvdeploy validate (quick)", "nvdeploy-shell": "  same, shell batch",
                      "fabric": "fabric, 1 run() per node"}[kind]
             if "error" in res:
                 problem: Optional[str] = f"NOT MEASURED: {res['error']}"
@@ -406,7 +406,7 @@ def bench_ssh(n: int, forks: int, tmp: Path, timeout_s: float) -> Optional[dict[
           f"{GOALS['node_cpu_ratio']}x: {verdict(ratios['node'] <= GOALS['node_cpu_ratio'])})")
     shell = rows.get("nvdeploy-shell")
     if shell is not None:
-        print(f"  with the shell cappers (nodes without a system Python): wall "
+        print(f"  with the shell batch (nodes without a system Python): wall "
               f"{shell['wall_inner'] / theirs['wall_inner']:.2f}x, node-side CPU {shell['node_cpu'] / n * 1000:.0f} "
               f"ms per node = {shell['node_cpu'] / theirs['node_cpu'] if theirs['node_cpu'] else float('inf'):.2f}x")
     return {"n": n, "nvdeploy": mine, "fabric": theirs, "ratios": ratios, "load": load()}
@@ -431,7 +431,7 @@ def main() -> int:
     if args.worker:
         spec = json.loads(Path(args.spec).read_text())
         result = (worker_fabric(spec) if args.worker == "fabric"
-                  else worker_nvdeploy(spec, shell_cappers=args.worker == "nvdeploy-shell"))
+                  else worker_nvdeploy(spec, shell_batch=args.worker == "nvdeploy-shell"))
         Path(args.result).write_text(json.dumps(result))
         return 0
     only = {part.strip() for part in args.only.split(",") if part.strip()}

@@ -19,6 +19,16 @@ def sshd_available() -> bool:
     return shutil.which("sshd") is not None or os.path.exists("/usr/sbin/sshd")
 
 
+@pytest.fixture(params=["python", "shell"])
+def each_batch(request, monkeypatch) -> str:
+    """Runs a test with the Python batch and again with the shell batch (a node without a system Python)."""
+    if request.param == "shell":
+        from nvdeploy.transport import batch
+
+        monkeypatch.setattr(batch, "SYSTEM_PYTHONS", ("/nonexistent/python3",))
+    return request.param
+
+
 @pytest.fixture
 def requires_sshd() -> None:
     """Skip without sshd on a developer's machine; in CI (NVDEPLOY_REQUIRE_SSHD=1) a missing sshd fails."""

@@ -1,85 +1,81 @@
-"""One round trip for many commands: a POSIX sh script that runs them side by side, then frames the outputs.
+"""One round trip for many commands: a script that runs them side by side on the node, then frames the outputs.
 
-The script's fixed part (session sweep, cappers, frame headers, the lock, the watcher and its heartbeat clock) is
-``batch.sh`` beside this module, shipped as package data and checked by shellcheck; this module adds the settings,
-the commands, their waits and frames.
+The node runs one of two batches that behave alike and print the same lines, so the controller cannot tell them
+apart: on a node with a system Python (``/usr/bin/python3``, or RHEL 8's ``platform-python``), the Python batch
+(``batch_runner.py``, sent in the script and run with ``-I -S``: one process for the whole batch); on a node
+without one, the shell batch (``batch.sh``: POSIX sh, shipped as package data and checked by shellcheck). This
+module writes the script: the commands once (as its positional parameters, read by either batch), the Python
+batch's start, and the shell batch with its settings, commands, waits and frames. A Python too old for the Python
+batch (< 3.6) or one that does not start leaves it to the shell batch; one that fails once it began does not (the
+commands would run twice): the batch then has no end marker, and every command is ERROR.
 
 Each command runs under ``timeout -k`` (so a hung tool is killed on the node, not left behind), with
-``LC_ALL=C`` and stdin from /dev/null. Outputs are written to a private temp dir and sent back length-prefixed,
-so arbitrary bytes (NUL, invalid UTF-8, a fake sentinel printed by the tool) cannot break the framing. The
-script ends with an end marker: a batch whose marker is missing was cut off.
+``LC_ALL=C`` and stdin from /dev/null. Outputs are sent back length-prefixed, so arbitrary bytes (NUL, invalid
+UTF-8, a fake sentinel printed by the tool) cannot break the framing. The script ends with an end marker: a batch
+whose marker is missing was cut off.
 
 The run's lifetime on the node:
 
 - **Nothing outlives the batch.** The script's stdin is the SSH channel (or the local transport's pipe), and the
-  controller keeps it open, sending nothing but the heartbeat, until it has read the whole answer. A watcher
-  (one subshell, a ``read`` loop on that stdin) returns at EOF, which happens whatever ends the work early: the
-  controller closes the channel (command timeout, ``--deadline``, Ctrl-C, SIGTERM), the controller dies (the
-  kernel closes its socket), or the connection drops (sshd closes the pipe). The watcher then signals every
-  process of the batch's session (TERM, then KILL after a grace) and removes the temp folder. The session, not a
-  process group: sshd (and the local transport) start the command in a session of its own, and ``timeout(1)``
-  moves each tool into a process group of its own, so a group kill would miss the tools. The session's processes
-  are found by ONE ``grep`` over /proc/*/stat (field 6, the session; each hit checked again by the shell after
-  the comm's last ``)``), so no procps is needed. When every command is done, the script signals what is left of
-  its session outside its own process group (a tool's stray background child) the same way before it answers.
-  Limits: a process that starts a session of its own (a daemon) escapes; root processes under ``sudo`` get the
-  TERM through sudo (which relays it) but not a KILL.
-- **Output is capped on the node as it is written**: each stream goes through a FIFO to a capper that keeps at
-  most CAP bytes (the head, or for ``keep_tail`` specs the tail) and drains and counts the rest, so the true size
-  is known and the tool is never cut short by a closed pipe. With the node's system Python (``/usr/bin/python3``
-  or RHEL 8's ``platform-python``) ONE capper (``batch_capper.py``, sent in the script and run with ``-I -S``)
-  polls every FIFO of the batch; the commands start only once it said it opened them all. Without one (or when it
-  does not start) the shell cappers do it per stream: ``head -c CAP`` (GNU head never reads past CAP) then ``wc
-  -c`` for the rest, or ``dd`` (which passes everything on and reports the true size) to ``tail -c CAP``. A
-  flooding tool cannot fill the node's /tmp. A capper that fails makes every command ERROR (``rc=c<N>``): what it
-  kept is not framed as a result.
-- **One run per node at a time**: the batch takes ``flock -n`` on a folder: ``$NVDEPLOY_LOCK_DIR``, else
-  ``/run/lock/nvdeploy`` (or ``/var/lock``'s) when it is there for this user (root's, or a group folder an admin
-  made) or root may make it, else ``$XDG_RUNTIME_DIR/nvdeploy``; every folder on the path is checked (owner, mode,
-  no links) before it is used. The holder info (user, run id, start time, pid) goes to a ``holder.<pid>.*`` file
-  made by mktemp inside it, written as one line. A batch that cannot take the lock prints
+  controller keeps it open, sending nothing but the heartbeat, until it has read the whole answer. A watcher (the
+  Python batch's poll loop; the shell batch's subshell with a ``read`` loop) sees EOF, which happens whatever ends
+  the work early: the controller closes the channel (command timeout, ``--deadline``, Ctrl-C, SIGTERM), the
+  controller dies (the kernel closes its socket), or the connection drops (sshd closes the pipe). It then signals
+  every process of the batch's session (TERM, then KILL after a grace) and removes what the batch made. The
+  session, not a process group: sshd (and the local transport) start the command in a session of its own, and
+  ``timeout(1)`` moves each tool into a process group of its own, so a group kill would miss the tools. The
+  session's processes are found from /proc, no procps needed: the Python batch asks ``getsid(2)`` of each pid; the
+  shell batch runs ONE ``grep`` over /proc/*/stat (field 6, the session; each hit checked again after the comm's
+  last ``)``). When every command is done, the batch signals what is left of its session outside its own process
+  group (a tool's stray background child) the same way before it answers. Limits: a process that starts a session
+  of its own (a daemon) escapes; root processes under ``sudo`` get the TERM through sudo (which relays it) but not
+  a KILL.
+- **Output is capped on the node as it is written**: at most CAP bytes of each stream are kept (the head, or for
+  ``keep_tail`` specs the tail), and the rest is drained and counted, so the true size is known and the tool is
+  never cut short by a closed pipe. The Python batch reads every command's pipes in one ``poll`` loop and keeps
+  what it keeps in memory (at most the caps: a flooding tool costs the node no disk). The shell batch sends each
+  stream through a FIFO in a private temp folder to its shell cappers: ``head -c CAP`` (GNU head never reads
+  past CAP) then ``wc -c`` for the rest, or ``dd`` (which passes everything on and reports the true size) to
+  ``tail -c CAP``; a flooding tool cannot fill the node's /tmp.
+- **One run per node at a time**: the batch takes ``flock`` (non-blocking) on a folder: ``$NVDEPLOY_LOCK_DIR``,
+  else ``/run/lock/nvdeploy`` (or ``/var/lock``'s) when it is there for this user (root's, or a group folder an
+  admin made) or root may make it, else ``$XDG_RUNTIME_DIR/nvdeploy``; every folder on the path is checked (owner,
+  mode, no links) before it is used. The holder info (user, run id, start time, pid) goes to a ``holder.<pid>.*``
+  file made with O_EXCL inside it, written as one line. A batch that cannot take the lock prints
   ``__NVD_BUSY__`` with the live holder's info (re-read for up to 2 s while the holder's file has no whole line
-  yet: it is being written) and runs nothing. flock releases with the last process holding
-  it, so a lock whose holder is gone is simply taken; a tool that outlived its batch still holds it, and the
-  node stays busy. The watcher never holds it, and the script releases it (and removes its holder info and temp
-  folder) before it prints the end marker: the controller may send the node its next batch the moment that
-  marker arrives. Without flock(1) (util-linux) the batch runs unlocked.
+  yet: it is being written) and runs nothing. flock releases with the last process holding it (fd 9, inherited
+  by the tools), so a lock whose holder is gone is simply taken; a tool that outlived its batch still holds it,
+  and the node stays busy. The batch releases it (and removes its holder info and temp folder) before it prints
+  the end marker: the controller may send the node its next batch the moment that marker arrives. The shell batch
+  without flock(1) (util-linux) runs unlocked.
 - **The controller knows how far the node got** (what it waits for, see :mod:`nvdeploy.transport.batch_budget`):
-  the script prints ``__NVD_STARTED__`` once every command has been started (after the lock and the password
+  the batch prints ``__NVD_STARTED__`` once every command has been started (after the lock and the password
   check) and ``__NVD_RAN__`` once every command has ended, before the frames; the controller's time for each
   stage counts from the line that began it, not from when the batch was sent (a loaded node's shell may start
   seconds late, and the node's own ``timeout`` must be what stops a hung command). Both lines come before any
   tool output, which is sent only inside frames at the end, so no tool can fake them.
-- **sudo: one password attempt per node.** With a password, the script first runs ``sudo -S -p '' -- true``
+- **sudo: one password attempt per node.** With a password, the batch first runs ``sudo -S -p '' -- true``
   alone and prints its outcome early (``__NVD_SUDO__``, so the controller's sudo gate can let the other nodes
   go on). Only when it succeeded do the sudo commands start; otherwise they are reported ``rc=s<N>`` (not run)
-  and the non-sudo commands run as usual.
+  and the non-sudo commands run as usual. The password reaches sudo on its stdin (a pipe), never in argv or in an
+  environment.
 
-The cost on the node: every process the wrapper adds is a fork and, for a tool, an exec with its
-dynamic loading, on every node of the fleet. What is left, and why:
-
-- per command: ``timeout`` (the per-command limit; it also gives the tool the process group the stray sweep
-  relies on) and the tool itself. The tool writes into FIFOs (with the Python capper opened read-write, which
-  never waits: a tool whose capper died blocks under its own timeout), so the shell starts it as one background
-  job of its own and gets its exit status from ``wait`` (no subshell per command to write a status file). Only
-  on a node without a system Python, two cappers per stream more: a subshell that runs ``head -c CAP`` and then
-  becomes (``exec``) the ``wc -c`` that drains and counts the rest (a stream is drained, never cut: a tool that
-  got EPIPE would end early and report a different status); for ``keep_tail`` a ``dd`` and a ``tail``.
-- per batch: the Python capper (about 10 ms of CPU to start: less than the shell cappers of four commands),
-  ``mktemp`` (a private folder, created safely), ``mkfifo`` (all FIFOs at once), ``flock`` and
-  ``date`` (the lock and its holder info; ``mkdir`` only the first time on a node), the watcher subshell (plus,
-  with a heartbeat, a clock subshell and its ``sleep``: a POSIX ``read`` has no timeout), one ``grep`` for the
-  stray sweep at the end (and more only when it found strays), one ``wc -c`` for the kept sizes of all files,
-  one ``cat`` that sends every frame (headers are written to files by the ``printf`` builtin; every writer of
-  the frame files has ended and been waited for, so their sizes cannot change between ``wc`` and ``cat``), and
-  the ``rm`` of the temp folder. Exit statuses, counts and the lock's stale-holder check are read with the
-  shell's builtins. No polling: the shell blocks in ``wait``.
-- with a password: the check's ``timeout sudo true`` and a ``wc``/``head`` for its answer; the password goes to
-  sudo as a here-document (no ``printf |`` subshell).
+The cost on the node: every process the wrapper adds is a fork and, for a tool, an exec with its dynamic loading,
+on every node of the fleet. Per command, both batches run ``timeout`` (the per-command limit; it also gives the
+tool the process group the stray sweep relies on) and the tool itself. Per batch, the Python batch adds itself
+(~8 ms of CPU to start and ~3 ms to compile the ~13 KB it is sent as, without docstrings and comments) and
+nothing else: the lock, the holder info, the heartbeat's clock, the sweep, the frames are its own work, with no
+temp folder. The shell batch adds, per stream, a subshell that runs ``head -c CAP`` and then becomes (``exec``)
+the ``wc -c`` that drains and counts the rest (for ``keep_tail``, a ``dd`` and a ``tail``), and per batch
+``mktemp``, ``ls`` for the folder checks, ``mkfifo``, ``flock``, ``date``, the watcher subshell (with a heartbeat,
+a clock subshell and its ``sleep``: a POSIX ``read`` has no timeout), the sweep's ``grep``, one ``wc -c``, one
+``cat`` that sends every frame and the ``rm`` of the temp folder. Measured in bench/bench_batch.py and
+bench/bench_validate.py (bench/README.md).
 """
 
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 from pathlib import Path
@@ -98,7 +94,7 @@ RAN_MARKER = b"__NVD_RAN__"
 # How far a batch got, from those lines (see stage_of).
 NOT_STARTED, STARTED, RAN = 0, 1, 2
 _HEADER = re.compile(
-    rb"__NVD_CMD (\d+) rc=(\d+|x|s\d+|c\d+) out=(\d+)/(\d+) err=(\d+)/(\d+)__\n"
+    rb"__NVD_CMD (\d+) rc=(\d+|x|s\d+) out=(\d+)/(\d+) err=(\d+)/(\d+)__\n"
 )
 _SUDO = re.compile(rb"__NVD_SUDO__ rc=(\d+) err=(\d+)\n")
 _BUSY = re.compile(rb"__NVD_BUSY__ ([^\n]*)\n")
@@ -124,12 +120,32 @@ _PW_END = "NVD_PW_END"  # the here-document delimiter that carries the sudo pass
 # The fixed part of the node-side script, shipped as package data and checked by shellcheck (batch.sh): its
 # "# @part NAME" sections, in file order. Names in it start with nvd_ so a tool's environment cannot collide.
 _SCRIPT_PATH = Path(__file__).with_name("batch.sh")
-# The node-side Python capper (batch_capper.py) as the script carries it: its code, without the module docstring.
-_CAPPER_TEXT = Path(__file__).with_name("batch_capper.py").read_text(encoding="utf-8")
-CAPPER_CODE = _CAPPER_TEXT[_CAPPER_TEXT.index("\nimport os\n") + 1:]
+# The node-side Python batch (batch_runner.py) as the script carries it: its code, without the module docstring.
+def _compact(source: str) -> str:
+    """Python source without its docstrings and comments, indented by one space a level: it travels in every batch's
+    script (see MAX_SCRIPT_BYTES) and the node compiles it each time, a cost that grows with its size."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
+                isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]  # type: ignore[attr-defined]
+    lines = ast.unparse(tree).splitlines()  # no string spans lines: unparse writes each with escapes
+    return "\n".join(" " * ((len(line) - len(line.lstrip(" "))) // 4) + line.lstrip(" ") for line in lines) + "\n"
+
+
+RUNNER_CODE = _compact(Path(__file__).with_name("batch_runner.py").read_text(encoding="utf-8"))
 # Where a node's system Python is (RHEL 8 has only platform-python): a fixed path, never $PATH's python3, which may
-# be a user's virtual environment or a pyenv shim (a shell script that costs more than the cappers it replaces).
+# be a user's virtual environment or a pyenv shim (a shell script that costs more than the batch it replaces).
 SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/libexec/platform-python")
+# The runner's exit statuses the script acts on: 0 ran; 90 and up (or a signal) failed once it had begun, so the
+# shell batch must not run the commands again; anything else, it did nothing (too old a Python, or one that does not
+# start) and the shell batch runs.
+RUNNER_FAILED = 90
+# The script travels as one argument of the node's login shell (``sh -c SCRIPT`` in the SSH exec request), which
+# Linux holds to 128 KiB (MAX_ARG_STRLEN): a batch whose script with the Python batch would not fit below this is
+# sent with the shell batch alone.
+MAX_SCRIPT_BYTES = 124 * 1024
 
 
 def _script_parts(text: str) -> dict[str, str]:
@@ -150,20 +166,43 @@ def _timeout(seconds: float) -> str:
     return f"timeout -k {KILL_GRACE_S} {max(1, int(round(seconds)))} "
 
 
-def _command_line(spec: CommandSpec, sudo_password: bool) -> tuple[str, str]:
-    """(the command line, the here-document it needs or "")."""
+def _argv(spec: CommandSpec, sudo_password: bool) -> list[str]:
+    """The command's argv under its timeout, with its sudo; the password (when sent) goes to sudo's stdin, never in
+    argv, and the command itself gets /dev/null as stdin, so it never sees the password even when sudo did not ask."""
     argv = list(spec.argv)
-    here = ""
     if spec.sudo and sudo_password:
-        # The password goes to sudo on its stdin (a here-document: a pipe the shell fills), never in argv; the
-        # command itself gets /dev/null as stdin, so it never sees the password even when sudo did not ask.
         argv = ["sudo", "-S", "-p", "", "--", "sh", "-c", 'exec "$@" </dev/null', "sh", *argv]
-        here = f" <<{_PW_END}"
     elif spec.sudo:
         argv = ["sudo", "-n", "--", *argv]
-    # The timeout is ours, the argv is quoted word by word: nothing from a node or an inventory reaches the
-    # shell unquoted.
-    return _timeout(spec.timeout_s) + shlex.join(argv), here
+    return _timeout(spec.timeout_s).split() + argv
+
+
+def _command_words(commands: Sequence[CommandSpec], sudo_password: bool, gate: bool) -> tuple[list[str], list[int]]:
+    """The commands as the script's positional parameters, read by both batches: their count, then per command
+    its cap, flags (``t`` stdout keeps its tail, ``p`` the password on its stdin, ``g`` only when the sudo check
+    passed; ``-`` none), argv count and argv. Also where each argv starts in them (1-based, as ``$N``)."""
+    words = [str(len(commands))]
+    starts = []
+    for spec in commands:
+        flags = ("t" if spec.keep_tail else "") + ("p" if spec.sudo and sudo_password else "") + \
+            ("g" if gate and spec.sudo else "")
+        argv = _argv(spec, sudo_password)
+        words += [str(max(0, int(spec.max_bytes))), flags or "-", str(len(argv))]
+        starts.append(len(words) + 1)
+        words += argv
+    return words, starts
+
+
+def _runner_line(sudo_password: bool, run_id: str, lock: bool, period: int, gate: bool) -> str:
+    """The script's start of batch_runner.py on a system Python: its settings, then the commands ("$@")."""
+    check = (_timeout(SUDO_CHECK_TIMEOUT_S).split() + ["sudo", "-S", "-p", "", "--", "true"]) if gate else []
+    words = [str(KILL_GRACE_S * 10), str(period), run_id or "-", "1" if lock else "", " ".join(LOCK_BASES),
+             "1" if sudo_password else "", str(len(check)), *check]
+    return (f"for nvd_x in {' '.join(SYSTEM_PYTHONS)}; do\n"
+            '  [ -x "$nvd_x" ] || continue\n'
+            f'  "$nvd_x" -I -S -c {shlex.quote(RUNNER_CODE)} "$nvd_ours" "$PPID" {shlex.join(words)} "$@"\n'
+            f'  nvd_x=$?; {{ [ "$nvd_x" = 0 ] || [ "$nvd_x" -ge {RUNNER_FAILED} ]; }} && exit "$nvd_x"; break\n'
+            "done")
 
 
 def _fifos(index: int, spec: CommandSpec) -> list[str]:
@@ -175,14 +214,16 @@ def _cap_words(index: int, spec: CommandSpec) -> str:
     return f"{index} {max(0, int(spec.max_bytes))}" + (" t" if spec.keep_tail else "")
 
 
-def _launch(index: int, spec: CommandSpec, sudo_password: bool) -> str:
+def _launch(index: int, spec: CommandSpec, sudo_password: bool, start: int) -> str:
     """The command as one background job (timeout execs in the forked shell: no subshell) whose pid is kept for
-    ``wait``. Its stdout and stderr are fds 5 and 6, its FIFOs as ``nvd_cap`` opened them (after starting its shell
-    cappers when no Python capper runs); the shell closes them once the command has them."""
-    command, here = _command_line(spec, sudo_password)
-    # A here-document follows the line that opens it.
-    body = f"\n$NVD_SUDO_PW\n{_PW_END}" if here else ""
-    stdin = here or " </dev/null"  # the here-document is sudo's stdin; a later </dev/null would replace it
+    ``wait``: its argv is the script's positional parameters from ``start`` on, each quoted as one word, so nothing
+    from a node or an inventory reaches the shell as code. Its stdout and stderr are fds 5 and 6, its FIFOs as
+    ``nvd_cap`` opened them; the shell closes them once the command has them."""
+    command = " ".join(f'"${{{k}}}"' for k in range(start, start + len(_argv(spec, sudo_password))))
+    here = spec.sudo and sudo_password
+    # The password goes to sudo as a here-document (a pipe the shell fills), which follows the line that opens it;
+    # a later </dev/null would replace it.
+    stdin, body = (f" <<{_PW_END}", f"\n$NVD_SUDO_PW\n{_PW_END}") if here else (" </dev/null", "")
     return (f"nvd_cap {_cap_words(index, spec)}\n"
             f"{command}{stdin} >&5 2>&6 5>&- 6>&- & nvd_p{index}=$!{body}\n"
             "exec 5>&- 6>&-")
@@ -195,32 +236,49 @@ def _wait(index: int) -> str:
 def _not_run(index: int) -> str:
     """A sudo command skipped because the password check failed: its stderr is sudo's answer to that check."""
     f = f'"$d/{index}'
-    # The Python capper has this command's FIFOs open and waits for their end: it is given them (and keeps and
-    # counts sudo's answer as the command's stderr); the shell cappers were never started for it.
-    return (f'nvd_r{index}="s$nvd_s"\n'
-            f'if [ -n "$nvd_py" ]; then : 1<>{f}.po"; head -c 65536 "$d/s.e" 1<>{f}.pe" 2>/dev/null\n'
-            f'else : >{f}.o"; head -c 65536 "$d/s.e" >{f}.e" 2>/dev/null; fi')
+    return f'nvd_r{index}="s$nvd_s"; : >{f}.o"; head -c 65536 "$d/s.e" >{f}.e" 2>/dev/null'
 
 
 def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False, run_id: str = "",
-                 lock: bool = True, heartbeat_lost_s: Optional[float] = None, python_capper: bool = True) -> str:
+                 lock: bool = True, heartbeat_lost_s: Optional[float] = None,
+                 python_runner: bool = True) -> str:
     """The sh script that runs ``commands`` in parallel and prints framed results.
 
-    With ``sudo_password`` the script first reads one line (the password) from its stdin into a shell
-    variable; the caller sends it there, so it never appears in a command line or in the script text. The
-    caller must keep stdin open (and send nothing more) until it has read the answer: EOF on stdin means the
-    run ended, and the batch kills its processes. ``run_id`` is written next to the node lock (``lock``).
-    With ``heartbeat_lost_s``, the caller also sends :data:`HEARTBEAT` every :data:`HEARTBEAT_S` seconds, and
-    at most ``heartbeat_lost_s`` seconds of silence (at least half of it) end the batch too. With
-    ``python_capper`` (the default), one Python process on the node caps every command's output when the node has
-    a system Python (:data:`SYSTEM_PYTHONS`); otherwise, and without it, two shell cappers per stream do.
+    With ``sudo_password`` the batch first reads one line (the password) from its stdin; the caller sends it
+    there, so it never appears in a command line or in the script text. The caller must keep stdin open (and send
+    nothing more) until it has read the answer: EOF on stdin means the run ended, and the batch kills its
+    processes. ``run_id`` is written next to the node lock (``lock``). With ``heartbeat_lost_s``, the caller also
+    sends :data:`HEARTBEAT` every :data:`HEARTBEAT_S` seconds, and at most ``heartbeat_lost_s`` seconds of silence
+    (at least half of it) end the batch too. With ``python_runner`` (the default), a node with a system Python
+    (:data:`SYSTEM_PYTHONS`) runs the batch in one Python process (batch_runner.py); otherwise, and without it, the
+    shell batch (batch.sh) does, with two shell cappers per stream; so does a batch whose script would not fit
+    in :data:`MAX_SCRIPT_BYTES` with the Python batch.
     """
+    if python_runner and commands:
+        with_runner = _assemble(commands, sudo_password, run_id, lock, heartbeat_lost_s, True)
+        if len(with_runner.encode()) <= MAX_SCRIPT_BYTES:
+            return with_runner
+    return _assemble(commands, sudo_password, run_id, lock, heartbeat_lost_s, False)
+
+
+def _assemble(commands: Sequence[CommandSpec], sudo_password: bool, run_id: str, lock: bool,
+              heartbeat_lost_s: Optional[float], python_runner: bool) -> str:
     period = max(1, int(heartbeat_lost_s) // 2) if heartbeat_lost_s else 0
-    lines = ["export LC_ALL=C LANG=C"]
+    gate = sudo_password and any(spec.sudo for spec in commands)
+    words, starts = _command_words(commands, sudo_password, bool(gate))
+    lines = [
+        "export LC_ALL=C LANG=C",
+        "command -v timeout >/dev/null 2>&1 || { echo 'nvdeploy: timeout(1) not found on node' >&2; exit 96; }",
+        # The commands, once, for whichever batch runs them: the script travels as one argument of the login
+        # shell, which Linux holds to 128 KiB (MAX_ARG_STRLEN), and the NVML probe alone is ~75 KB of it.
+        "set -- " + shlex.join(words),
+        _PARTS["session"],
+    ]
+    if python_runner:  # the Python batch first; the shell batch runs only when it did not
+        lines.append(_runner_line(sudo_password, run_id, lock, period, bool(gate)))
     if sudo_password:
         lines.append("IFS= read -r NVD_SUDO_PW || NVD_SUDO_PW=")
     lines += [
-        "command -v timeout >/dev/null 2>&1 || { echo 'nvdeploy: timeout(1) not found on node' >&2; exit 96; }",
         SAFE_DIR_SH.strip(),
         # A refused batch names the folder and runs nothing (and sends no password anywhere).
         f"nvd_refuse() {{ printf '{UNSAFE_MARKER} %s: %s\\n' \"$1\" \"$nvd_unsafe\"; "
@@ -233,18 +291,11 @@ def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False, r
         # batch.sh's settings (its header lists them): plain words, quoted all the same
         f"nvd_grace_ticks={KILL_GRACE_S * 10} nvd_period={period} nvd_endm={shlex.quote(END_MARKER.decode())} "
         f"nvd_run={shlex.quote(run_id or '-')} nvd_lock_bases={shlex.quote(' '.join(LOCK_BASES))}",
-        f"nvd_py= nvd_capper={shlex.quote(CAPPER_CODE)}",
-    ]
-    if python_capper and commands:
-        lines.append(f"for nvd_x in {' '.join(SYSTEM_PYTHONS)}; do "
-                     '[ -x "$nvd_x" ] && { nvd_py=$nvd_x; break; }; done')
-    lines += [
         _PARTS["prelude"],
     ]
     if lock:  # before anything runs: a refused batch starts nothing, and sends no password
         lines.append(_PARTS["lock"])
     lines.append(_PARTS["watcher"])
-    gate = sudo_password and any(spec.sudo for spec in commands)
     if gate:
         # One password attempt per node: alone, before anything else that uses sudo.
         lines.append(
@@ -257,20 +308,18 @@ def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False, r
             "printf '__NVD_SUDO__ rc=%s err=%s\\n' \"$nvd_s\" \"$nvd_v\"; head -c \"$nvd_v\" \"$d/s.e\""
         )
     fifos = " ".join(name for index, spec in enumerate(commands) for name in _fifos(index, spec))
-    lines.append("nvd_c= nvd_cs=0")
+    lines.append("nvd_c=")
     if fifos:
-        lines.append(f'(cd "$d" && exec mkfifo r {fifos}) || '
+        lines.append(f'(cd "$d" && exec mkfifo {fifos}) || '
                      '{ echo "nvdeploy: cannot make FIFOs in $d" >&2; exit 97; }')
-        lines.append("nvd_start_capper " + " ".join(
-            _cap_words(index, spec).replace(" ", ":") for index, spec in enumerate(commands)))
     skipped = set()
     for index, spec in enumerate(commands):
         if gate and spec.sudo:
             skipped.add(index)
-            lines.append(f'if [ "$nvd_s" = 0 ]; then\n{_launch(index, spec, sudo_password)}\n'
+            lines.append(f'if [ "$nvd_s" = 0 ]; then\n{_launch(index, spec, sudo_password, starts[index])}\n'
                          f"else {_not_run(index)}; fi")
         else:
-            lines.append(_launch(index, spec, sudo_password))
+            lines.append(_launch(index, spec, sudo_password, starts[index]))
     # Every command's own timeout is running now: the controller counts the commands' limit from this line.
     lines.append(f"printf '{STARTED_MARKER.decode()}\\n'")
     for index in range(len(commands)):
@@ -287,7 +336,7 @@ def build_script(commands: Sequence[CommandSpec], sudo_password: bool = False, r
         # so the cappers see EOF, then wait for the cappers. The watcher stays up until then: if a capper still
         # hangs (a stray that cannot be killed holds its FIFO), the controller's EOF still ends the batch.
         'nvd_only_tools=1; nvd_spare="$$ $PPID"; nvd_end; nvd_only_tools=',
-        'if [ -n "$nvd_py" ]; then wait "$nvd_c"; nvd_cs=$?; elif [ -n "$nvd_c" ]; then wait $nvd_c; fi',
+        '[ -z "$nvd_c" ] || wait $nvd_c',
         # Then the watcher (it stops its clock before it goes). A closed channel must not kill us by SIGPIPE
         # before the EXIT trap removed the temp folder.
         'kill "$nvd_w" 2>/dev/null; wait "$nvd_w"; trap \'\' PIPE',
@@ -434,8 +483,7 @@ def parse_output(
         cut_off = len(stdout) < out_len or len(stderr) < err_len
         rc_text = match.group(2).decode()
         skipped = rc_text.startswith("s")
-        capper_failed = rc_text.startswith("c")
-        rc = None if rc_text == "x" or skipped or capper_failed else int(rc_text)
+        rc = None if rc_text == "x" or skipped else int(rc_text)
         timed_out = rc in TIMEOUT_RCS
         error = None
         detail = ""
@@ -443,9 +491,6 @@ def parse_output(
             error, detail = batch_error or ErrorReason.INCOMPLETE, batch_detail or "output cut off in transfer"
         elif skipped:
             error, detail = ErrorReason.SUDO, _sudo_detail(int(rc_text[1:]), stderr)
-        elif capper_failed:
-            error, detail = (ErrorReason.INCOMPLETE,
-                             f"the node's output capper failed (exit {rc_text[1:]}): the output is not trusted")
         elif rc is None:
             error, detail = ErrorReason.INCOMPLETE, "command left no exit status"
         elif timed_out:

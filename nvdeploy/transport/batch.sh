@@ -4,6 +4,8 @@
 # (see its docstring for the whole lifecycle). batch.py adds what varies per batch: a header that sets the variables
 # below and defines nvd_safe (transport/node_paths.py) and nvd_refuse, the commands themselves, their waits and
 # frames. This file is shipped as package data, read once per controller process, and checked by shellcheck in CI.
+# A node with a system Python runs the batch in batch_runner.py instead, started after the session part below;
+# this script then stops there. The rest is the batch for a node without one.
 #
 # Set by the header:
 #   d                 the batch's private temp folder (mktemp -d)
@@ -13,26 +15,28 @@
 #   nvd_run           the run id written to the lock's holder info
 #   nvd_lock_bases    the system lock folders to try, first found wins (fixed words, no blanks)
 #   nvd_uid           the user id (root may remove anyone's stale holder info)
-#   nvd_py            the node's system Python for the capper; empty: the shell cappers (nvd_cap)
-#   nvd_capper        the Python capper's code (transport/batch_capper.py)
 # Sections start with "# @part NAME" lines; batch.py places each where its order needs it.
 
-# @part prelude
-nvd_sid=
-nvd_pg=
-# shellcheck disable=SC2086  # splitting /proc/PID/stat's fields into words is the point
-IFS= read -r nvd_l 2>/dev/null </proc/$$/stat && { nvd_l=${nvd_l##*) }; set -- $nvd_l; nvd_pg=$3; nvd_sid=$4; set --; }
-nvd_ours=
+# @part session
+# Which session this is, in a function: the script's positional parameters are its commands (set by batch.py).
+nvd_session() {
+  nvd_sid='' nvd_pg='' nvd_ours=''
+  # shellcheck disable=SC2086  # splitting /proc/PID/stat's fields into words is the point
+  IFS= read -r nvd_l 2>/dev/null </proc/$$/stat && { nvd_l=${nvd_l##*) }; set -- $nvd_l; nvd_pg=$3; nvd_sid=$4; }
+  # Sweep only a session that is this batch's own: we lead it (local transport), or our parent does and is the
+  # login shell sshd started for this channel. Never a session we were merely started from.
+  if [ -n "$nvd_sid" ] && [ "$nvd_sid" = "$$" ]; then nvd_ours=1
+  elif [ -n "$nvd_sid" ] && [ "$nvd_sid" = "$PPID" ] && IFS= read -r nvd_l 2>/dev/null </proc/$PPID/stat; then
+    nvd_l=${nvd_l##*) }
+    # shellcheck disable=SC2086  # the same split of the parent's stat
+    set -- $nvd_l; nvd_gp=$2
+    IFS= read -r nvd_c 2>/dev/null </proc/"$nvd_gp"/comm && case $nvd_c in sshd*) nvd_ours=1 ;; esac
+  fi
+}
+nvd_session
 nvd_only_tools=
-# Sweep only a session that is this batch's own: we lead it (local transport), or our parent does and is the
-# login shell sshd started for this channel. Never a session we were merely started from.
-if [ -n "$nvd_sid" ] && [ "$nvd_sid" = "$$" ]; then nvd_ours=1
-elif [ -n "$nvd_sid" ] && [ "$nvd_sid" = "$PPID" ] && IFS= read -r nvd_l 2>/dev/null </proc/$PPID/stat; then
-  nvd_l=${nvd_l##*) }
-  # shellcheck disable=SC2086  # the same split of the parent's stat
-  set -- $nvd_l; nvd_gp=$2; set --
-  IFS= read -r nvd_c 2>/dev/null </proc/"$nvd_gp"/comm && case $nvd_c in sshd*) nvd_ours=1 ;; esac
-fi
+
+# @part prelude
 nvd_nl='
 '
 nvd_sweep() {
@@ -74,14 +78,11 @@ nvd_end() {
 }
 nvd_h() { head -c "$2" >"$1"; exec wc -c >"$1n"; }
 nvd_cap() {
-  # Opens command $1's stdout and stderr FIFOs as fds 5 and 6 for its launch (cap $2; $3=t: stdout keeps its
-  # tail). With the Python capper (it has every FIFO open already) read-write: Linux opens a FIFO so at once, and a
-  # command whose capper died then blocks on a full FIFO under its own timeout instead of hanging the batch. Else
-  # it first starts the shell cappers: per stream a subshell that keeps the head, then counts (and drains) the
-  # rest; for a tail, dd passes stdout on and counts it, and tail keeps its end. Their FIFOs are then opened
-  # write-only, which waits for each capper to open its end: a FIFO's data is lost when its last writer closes
-  # before any reader opened it.
-  if [ -n "$nvd_py" ]; then exec 5<>"$d/$1.po" 6<>"$d/$1.pe"; return; fi
+  # Starts the cappers of command $1's stdout and stderr (cap $2; $3=t: stdout keeps its tail) and opens their
+  # FIFOs as fds 5 and 6 for its launch: per stream a subshell that keeps the head, then counts (and drains) the
+  # rest; for a tail, dd passes stdout on and counts it, and tail keeps its end. The FIFOs are opened write-only,
+  # which waits for each capper to open its end: a FIFO's data is lost when its last writer closes before any
+  # reader opened it.
   if [ "$3" = t ]; then
     dd bs=65536 <"$d/$1.po" >"$d/$1.pt" 2>"$d/$1.ot" & nvd_c="$nvd_c $!"
     tail -c "$2" <"$d/$1.pt" >"$d/$1.o" 2>/dev/null & nvd_c="$nvd_c $!"
@@ -91,27 +92,13 @@ nvd_cap() {
   nvd_h "$d/$1.e" "$2" <"$d/$1.pe" 2>/dev/null & nvd_c="$nvd_c $!"
   exec 5>"$d/$1.po" 6>"$d/$1.pe"
 }
-nvd_start_capper() {
-  # The Python capper (batch_capper.py, in $nvd_capper) for every command's FIFOs: $@ are its INDEX:CAP[:t]
-  # words. It says "ok" once it has opened them all; without that line (no Python, or it failed) nvd_py is
-  # emptied and nvd_cap starts the shell cappers. Its stdout FIFO has no other writer: its exit is an EOF here.
-  [ -n "$nvd_py" ] || return 0
-  "$nvd_py" -I -S -c "$nvd_capper" "$d" "$@" </dev/null >"$d/r" 2>/dev/null 9<&- & nvd_c=$!
-  nvd_x=
-  IFS= read -r nvd_x <"$d/r"
-  [ "$nvd_x" = ok ] && return 0
-  wait "$nvd_c"
-  nvd_c='' nvd_py=''
-}
 nvd_rd() { nvd_v=; read -r nvd_v 2>/dev/null <"$1"; case $nvd_v in ''|*[!0-9]*) nvd_v=0 ;; esac; }
 nvd_fr() {
   # The frame header of command $1 (exit status $2; $3=t: stdout kept its tail) into $d/$1.h. The kept sizes
   # come from the one wc over all files (nvd_k_*); the true sizes from each capper's count of the rest, or for a
   # tail kept by the shell cappers from dd's "N bytes copied".
   eval "nvd_o=\${nvd_k_$1_o:-0} nvd_e=\${nvd_k_$1_e:-0}"
-  # The Python capper failed: what it kept is not trusted, for any command.
-  [ "$nvd_cs" = 0 ] || set -- "$1" "c$nvd_cs"
-  if [ "$3" = t ] && [ -z "$nvd_py" ]; then
+  if [ "$3" = t ]; then
     nvd_v=0
     while read -r nvd_a nvd_b nvd_c; do
       case $nvd_b in byte|bytes) case $nvd_a in ''|*[!0-9]*) ;; *) nvd_v=$nvd_a ;; esac ;; esac

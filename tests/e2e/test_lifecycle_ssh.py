@@ -1,5 +1,7 @@
-"""Node side: whatever ends a node's work ends every process it started there and removes its temp folder;
-one run per node at a time; the sudo password is tried once per run. Real sshd on loopback (127.0.0.0/8).
+"""Node side: whatever ends a node's work ends every process it started there and removes what it made there (its
+holder file; the shell batch's temp folder); one run per node at a time; the sudo password is tried once per run.
+Real sshd on loopback (127.0.0.0/8). The rows run in process run with the Python batch (this machine has a system
+Python) and again with the shell batch; the controller-signal rows with the Python batch.
 
 Each node's nvidia-smi is replaced by a "stubborn" tool: it ignores SIGTERM, and starts a Python child that moves
 to a process group of its own (so ``timeout(1)``'s group kill misses it, as mpirun's daemons would). Rows:
@@ -110,9 +112,11 @@ def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> float
     return time.monotonic()
 
 
-def _temp_dirs(node: FakeNode) -> set[str]:
-    """The batch temp folders (``.../nvd.XXXXXX``) the node's processes have open (found through /proc)."""
-    found = set()
+def _batch_files(node: FakeNode) -> set[str]:
+    """What the batch made on the node: its holder file in the node's lock folder and, for the shell batch, the
+    temp folders (``.../nvd.XXXXXX``) the node's processes have open (found through /proc)."""
+    found = {str(path) for path in (node.home / "nvdeploy.lock").glob("holder.*")
+             if Path("/proc", path.name.split(".")[1]).is_dir()}  # a live batch's, not a stale one planted here
     for pid in node_processes(node):
         try:
             for fd in os.scandir(f"/proc/{pid}/fd"):
@@ -125,7 +129,7 @@ def _temp_dirs(node: FakeNode) -> set[str]:
 
 
 def _running_stubborn(node: FakeNode) -> set[str]:
-    """Wait until the stubborn tool and its child run on ``node``; the batch temp folders then in use."""
+    """Wait until the stubborn tool and its child run on ``node``; what the batch made then (_batch_files)."""
     def ready() -> bool:
         cmdlines = []
         for pid in node_processes(node):
@@ -136,16 +140,16 @@ def _running_stubborn(node: FakeNode) -> set[str]:
         return any(b"setpgrp" in c for c in cmdlines) and any(b"sleep\x00100000" in c for c in cmdlines)
 
     _wait_for(ready, 60, f"the stubborn tool on {node.name}")
-    dirs = _temp_dirs(node)
-    assert dirs, "the batch's temp folder was not found"
-    return dirs
+    made = _batch_files(node)
+    assert made, "the batch's holder file was not found"
+    return made
 
 
 def _assert_clean(node: FakeNode, dirs: set[str]) -> float:
-    """Zero processes of the node's work left and its temp folders gone (polled, bounded); when it got so."""
+    """Zero processes of the node's work left and what the batch made gone (polled, bounded); when it got so."""
     at = _wait_for(lambda: not node_processes(node), GONE_WITHIN_S, f"the processes of {node.name} to end")
     left = [d for d in dirs if Path(d).exists()]
-    assert not left, f"temp folders left on {node.name}: {left}"
+    assert not left, f"batch files left on {node.name}: {left}"
     assert node_processes(node) == []
     return at
 
@@ -163,7 +167,7 @@ def _in_process(cluster: SshCluster, folder: Path, names: list[str], options: En
 
 
 @pytest.mark.timeout(120)
-def test_command_timeout_leaves_nothing(cluster, tmp_path):
+def test_command_timeout_leaves_nothing(cluster, tmp_path, each_batch):
     node = cluster.node("tmo")
     _stubborn(node)
     result: dict = {}
@@ -180,7 +184,7 @@ def test_command_timeout_leaves_nothing(cluster, tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_deadline_leaves_nothing(cluster, tmp_path):
+def test_deadline_leaves_nothing(cluster, tmp_path, each_batch):
     node = cluster.node("dl")
     _stubborn(node)
     # Long enough for the connect and the batch's start on a loaded CI machine (at 6 s the tool once never started:
@@ -234,7 +238,7 @@ def test_controller_ending_leaves_nothing(cluster, tmp_path, sig):
 
 
 @pytest.mark.timeout(120)
-def test_connection_drop_leaves_nothing(cluster, tmp_path):
+def test_connection_drop_leaves_nothing(cluster, tmp_path, each_batch):
     node = cluster.node("drop")
     _stubborn(node)
     result: dict = {}
@@ -257,7 +261,7 @@ def test_connection_drop_leaves_nothing(cluster, tmp_path):
 
 
 @pytest.mark.timeout(150)
-def test_silent_connection_leaves_nothing(cluster, tmp_path, monkeypatch):
+def test_silent_connection_leaves_nothing(cluster, tmp_path, monkeypatch, each_batch):
     """sshd's session processes stopped (SIGSTOP): TCP stays up, nothing closes, no EOF ever reaches the batch, as
     in a network partition. The batch hears no heartbeat and ends itself."""
     monkeypatch.setattr(batch, "HEARTBEAT_LOST_S", 5)  # 60 s in production
@@ -285,10 +289,11 @@ def test_silent_connection_leaves_nothing(cluster, tmp_path, monkeypatch):
 
 
 @pytest.mark.timeout(120)
-def test_normal_end_reaps_what_a_tool_left(cluster, tmp_path):
+def test_normal_end_reaps_what_a_tool_left(cluster, tmp_path, each_batch):
     node = cluster.node("normal")
     real = node.bin_dir / "lspci.real"
-    shutil.move(node.bin_dir / "lspci", real)
+    if not real.exists():  # once per cluster: the test runs for each batch
+        shutil.move(node.bin_dir / "lspci", real)
     (node.bin_dir / "lspci").write_text(LEAVES_CHILD.format(real=real))
     (node.bin_dir / "lspci").chmod(0o755)
     out = _in_process(cluster, tmp_path, ["normal"], EngineOptions(checks=QUICK_CHECKS))
@@ -298,7 +303,7 @@ def test_normal_end_reaps_what_a_tool_left(cluster, tmp_path):
 
 
 @pytest.mark.timeout(150)
-def test_second_run_is_refused_busy_and_a_stale_lock_is_taken(cluster, tmp_path):
+def test_second_run_is_refused_busy_and_a_stale_lock_is_taken(cluster, tmp_path, each_batch):
     node = cluster.node("lock")
     _stubborn(node)
     first: dict = {}
@@ -307,7 +312,7 @@ def test_second_run_is_refused_busy_and_a_stale_lock_is_taken(cluster, tmp_path)
         daemon=True)
     worker.start()
     dirs = _running_stubborn(node)
-    holder = next((node.home / "nvdeploy.lock").glob("holder.*")).read_text()
+    holder = Path(next(iter(dirs & {str(p) for p in (node.home / "nvdeploy.lock").glob("holder.*")}))).read_text()
     second = _in_process(cluster, tmp_path / "second", ["lock"], EngineOptions(checks=QUICK_CHECKS))
     (refused,) = second.run.nodes
     busy = [f for f in refused.findings if f.reason is ErrorReason.BUSY]
@@ -321,9 +326,13 @@ def test_second_run_is_refused_busy_and_a_stale_lock_is_taken(cluster, tmp_path)
     _assert_clean(node, dirs)
 
     # A stale lock: holder info of a process that is gone, and nobody holding the flock: taken over.
-    (node.home / "nvdeploy.lock" / "holder.999999999").write_text("user=ghost run=old since=then pid=999999999\n")
+    stale = node.home / "nvdeploy.lock" / "holder.999999999"
+    stale.write_text("user=ghost run=old since=then pid=999999999\n")
     _restore(node)
-    third = _in_process(cluster, tmp_path / "third", ["lock"], EngineOptions(checks=QUICK_CHECKS))
+    try:
+        third = _in_process(cluster, tmp_path / "third", ["lock"], EngineOptions(checks=QUICK_CHECKS))
+    finally:
+        stale.unlink(missing_ok=True)  # root's: the node's user may not remove it, and the test runs again
     (taken,) = third.run.nodes
     assert not [f for f in taken.findings if f.reason is ErrorReason.BUSY], taken.findings
     assert taken.verdict is Verdict.PASS, [f for f in taken.findings if f.verdict is not Verdict.PASS]

@@ -62,15 +62,6 @@ def node_env(tmp_path, monkeypatch):
     return tmp_path, marker.encode()
 
 
-@pytest.fixture(params=["python", "shell"])
-def each_capper(request, monkeypatch) -> str:
-    """Runs a test with the node's Python capper and again with the shell cappers (a node without a system
-    Python)."""
-    if request.param == "shell":
-        monkeypatch.setattr(batch, "SYSTEM_PYTHONS", ("/nonexistent/python3",))
-    return request.param
-
-
 def _marked(marker: bytes) -> list[int]:
     """Live processes whose environment carries ``marker`` (the batch's and its tools')."""
     found = []
@@ -168,7 +159,7 @@ def test_sudo_not_run_frames_and_the_early_password_check():
 # ------------------------------------------------------------------------------------------- local transport
 
 
-def test_local_output_is_capped_on_the_node_with_the_true_size(node_env, each_capper):
+def test_local_output_is_capped_on_the_node_with_the_true_size(node_env, each_batch):
     folder, _ = node_env
     specs = [
         CommandSpec("head", ("sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' a; echo END"), 30, max_bytes=1000),
@@ -200,7 +191,7 @@ def test_local_output_is_capped_on_the_node_with_the_true_size(node_env, each_ca
     assert list((folder / "tmp").iterdir()) == []  # the batch removed its folder
 
 
-def test_local_abort_ends_every_process_and_removes_the_temp_folder(node_env, each_capper):
+def test_local_abort_ends_every_process_and_removes_the_temp_folder(node_env, each_batch):
     folder, marker = node_env
     specs = [CommandSpec("stubborn", ("sh", "-c", "trap '' TERM; sleep 1000 & sleep 1001"), 600),
              CommandSpec("child", ("sh", "-c", "python3 -c 'import os,time; os.setpgid(0,0); time.sleep(1000)' & "
@@ -218,7 +209,7 @@ def test_local_abort_ends_every_process_and_removes_the_temp_folder(node_env, ea
     _wait_for(lambda: list((folder / "tmp").iterdir()) == [], 15, "the temp folder to go")
 
 
-def test_local_batch_that_hears_no_heartbeat_ends_itself(node_env, monkeypatch):
+def test_local_batch_that_hears_no_heartbeat_ends_itself(node_env, monkeypatch, each_batch):
     """A link that went silent without closing (no EOF ever comes): the batch ends itself after the silence."""
     folder, marker = node_env
     monkeypatch.setattr(batch, "HEARTBEAT_S", 10_000.0)  # this controller "goes silent"
@@ -229,14 +220,14 @@ def test_local_batch_that_hears_no_heartbeat_ends_itself(node_env, monkeypatch):
     assert list((folder / "tmp").iterdir()) == []
 
 
-def test_local_heartbeat_keeps_a_long_command_alive(node_env, monkeypatch):
+def test_local_heartbeat_keeps_a_long_command_alive(node_env, monkeypatch, each_batch):
     monkeypatch.setattr(batch, "HEARTBEAT_S", 0.2)
     monkeypatch.setattr(batch, "HEARTBEAT_LOST_S", 4)
     (result,) = LocalTransport().run_batch([CommandSpec("s", ("sh", "-c", "sleep 8; echo done"), 60)])
     assert (result.rc, result.stdout, result.error) == (0, b"done\n", None)
 
 
-def test_local_second_run_is_refused_busy_and_names_the_holder(node_env):
+def test_local_second_run_is_refused_busy_and_names_the_holder(node_env, each_batch):
     folder, marker = node_env
     first = LocalTransport().bind("n1", "run-A")
     first.connect()
@@ -255,7 +246,7 @@ def test_local_second_run_is_refused_busy_and_names_the_holder(node_env):
     assert (after[0].rc, after[0].stdout) == (0, b"ok\n")  # the lock went with its holder
 
 
-def test_local_wrong_password_is_tried_once_and_never_again(node_env, each_capper):
+def test_local_wrong_password_is_tried_once_and_never_again(node_env, each_batch):
     folder, _ = node_env
     gate = SudoGate("wrong")
     specs = [CommandSpec("kmsg", ("echo", "k"), 5, sudo=True), CommandSpec("root2", ("echo", "r"), 5, sudo=True),
@@ -271,7 +262,7 @@ def test_local_wrong_password_is_tried_once_and_never_again(node_env, each_cappe
     assert (later[2].rc, later[2].stdout) == (0, b"p\n")
 
 
-def test_local_right_password_runs_sudo_commands_and_children_never_see_it(node_env, monkeypatch):
+def test_local_right_password_runs_sudo_commands_and_children_never_see_it(node_env, monkeypatch, each_batch):
     folder, _ = node_env
     monkeypatch.setenv("NVDEPLOY_SUDO_PASSWORD", "Corr3ct-Pw")  # as if the CLI had not removed it
     specs = [CommandSpec("root", ("echo", "r"), 5, sudo=True), CommandSpec("env", ("env",), 5)]
@@ -400,27 +391,45 @@ def test_ssh_exec_request_without_reply_is_bounded_and_stdin_stays_open():
 # -------------------------------------------------------------------------------------- the wrapper's cost
 
 
-def test_wrapper_starts_one_job_per_command_one_capper_per_batch_and_never_polls():
-    """Per command, the script starts the command as one background job (timeout execs in the forked shell); one
-    Python capper serves them all; the shell cappers (two jobs per stream) are only in nvd_cap, for a node without
-    a system Python. It waits for them instead of polling with sleep."""
+def test_wrapper_starts_one_job_per_command_one_python_per_batch_and_never_polls():
+    """The Python batch is one process for the whole batch, started once, its commands in its words; the shell
+    batch (a node without a system Python) starts each command as one background job (timeout execs in the forked
+    shell) with its shell cappers in nvd_cap. Both wait for them instead of polling with sleep."""
+    import ast
+    import shlex
+
     specs = [CommandSpec(f"c{i}", ("echo", str(i)), 5) for i in range(5)]
     script = batch.build_script(specs, run_id="r", heartbeat_lost_s=60)
-    fallback = script.split("\nnvd_cap() {", 1)[1].split("\n}\n", 1)[0]
-    assert 'if [ -n "$nvd_py" ]; then exec 5<>"$d/$1.po" 6<>"$d/$1.pe"; return; fi' in fallback
-    outside = script.replace(fallback, "")
-    commands = [line for line in outside.splitlines() if "& nvd_p" in line]
-    assert len(commands) == len(specs) and all(line.startswith("timeout ") for line in commands)
-    assert [line for line in outside.splitlines() if "& nvd_c=" in line] == [
-        '  "$nvd_py" -I -S -c "$nvd_capper" "$d" "$@" </dev/null >"$d/r" 2>/dev/null 9<&- & nvd_c=$!']
-    assert script.count("\nnvd_start_capper 0:4194304 1:4194304 2:4194304 3:4194304 4:4194304\n") == 1
-    assert all(f'wait "$nvd_p{i}"' in script for i in range(5))
+    assert script.count(" -I -S -c ") == 1
+    assert shlex.split(script.split(" -I -S -c ", 1)[1].split("\n  nvd_x=$?", 1)[0])[-1] == "$@"
+    # The commands are the script's positional parameters, once, for whichever batch runs them.
+    positional = next(line for line in script.splitlines() if line.startswith("set -- "))
+    words = shlex.split(positional)[2:]
+    assert words == ["5"] + [w for i in range(5) for w in ("4194304", "-", "6", *_timeout_words(5), "echo", str(i))]
+    shell = script.split("\ndone\n", 1)[1]
+    commands = [line for line in shell.splitlines() if "& nvd_p" in line]
+    assert len(commands) == len(specs)
+    for i, line in enumerate(commands):  # each argv word is a positional parameter, quoted
+        first = 2 + 9 * i + 3
+        assert line.startswith(" ".join(f'"${{{k}}}"' for k in range(first, first + 6)) + " </dev/null >&5 2>&6")
+    assert all(f'wait "$nvd_p{i}"' in shell for i in range(5))
     # Only a run refused by another's lock re-reads (briefly) a holder file being written; it runs no command.
-    before_busy, busy = script.split("nvd_info='' nvd_try=0", 1)
+    before_busy, busy = shell.split("nvd_info='' nvd_try=0", 1)
     rereads, after_busy = busy.split("__NVD_BUSY__", 1)
     ran = before_busy.split("nvd_end() {", 1)[0] + before_busy.split("\nnvd_h()", 1)[1] + after_busy
     assert "sleep 0.1" not in ran and "sleep 0.1" in rereads
     assert "$(cat" not in script and "| nvd_head" not in script
+    # The Python batch sleeps only in the busy path's re-read and in the grace given to strays it signalled; its
+    # loop blocks in poll() with no timeout but the heartbeat's.
+    tree = ast.parse(batch.RUNNER_CODE)
+    sleeps = {fn.name for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)
+              for node in ast.walk(fn) if isinstance(node, ast.Attribute) and node.attr == "sleep"}
+    assert sleeps == {"busy", "end_session"}
+    assert "self.pump(None)" in batch.RUNNER_CODE
+
+
+def _timeout_words(seconds: int) -> list[str]:
+    return ["timeout", "-k", str(batch.KILL_GRACE_S), str(seconds)]
 
 
 def _session_commands(marker: bytes) -> list[str]:
@@ -434,9 +443,9 @@ def _session_commands(marker: bytes) -> list[str]:
     return names
 
 
-def test_a_running_batch_costs_one_process_per_command_beyond_its_tool(node_env, each_capper):
+def test_a_running_batch_costs_one_process_per_command_beyond_its_tool(node_env, each_batch):
     """While four commands run, the node has, beyond the tools: one timeout(1) per command and, with a system
-    Python, one capper for the batch; with the shell cappers, two processes per stream more."""
+    Python, the Python batch itself; with the shell batch, two cappers per stream more."""
     folder, marker = node_env
     specs = [CommandSpec(f"t{i}", ("tail", "-f", "/dev/null"), 600) for i in range(4)]
     transport = LocalTransport()
@@ -445,7 +454,7 @@ def test_a_running_batch_costs_one_process_per_command_beyond_its_tool(node_env,
     worker = threading.Thread(target=lambda: results.extend(transport.run_batch(specs)))
     worker.start()
     try:
-        python3, head = {"python": (1, 0), "shell": (0, 8)}[each_capper]  # shell: one head per stream
+        python3, head = {"python": (1, 0), "shell": (0, 8)}[each_batch]  # shell: one head per stream
         _wait_for(lambda: sorted(n for n in _session_commands(marker) if n in ("tail", "timeout")) ==
                   ["tail"] * 4 + ["timeout"] * 4, 30, "the four commands to run")
         _wait_for(lambda: sum(n in ("python3", "head") for n in _session_commands(marker)) == python3 + head, 30,
@@ -459,26 +468,38 @@ def test_a_running_batch_costs_one_process_per_command_beyond_its_tool(node_env,
     assert [r.error for r in results] == [ErrorReason.INTERRUPTED] * 4
 
 
-def test_a_capper_that_fails_makes_every_command_an_error_not_a_hang(node_env, monkeypatch):
-    """The capper says it is ready and dies: nothing it kept is framed as a result, and the commands (which never
-    block on their FIFOs: they are open read-write) end under their own timeouts."""
-    monkeypatch.setattr(batch, "CAPPER_CODE", 'import os\nos.write(1, b"ok\\n")\nraise SystemExit(3)\n')
-    specs = [CommandSpec("a", ("echo", "x"), 5), CommandSpec("flood", ("head", "-c", "1000000", "/dev/zero"), 3)]
-    started = time.monotonic()
+def test_a_python_batch_that_fails_once_begun_is_an_error_for_every_command_and_leaves_nothing(node_env,
+                                                                                            monkeypatch):
+    """The Python batch dies after it started the commands: they are not run again by the shell batch, every command
+    is ERROR (no frames, no end marker), and nothing it started is left."""
+    folder, marker = node_env
+    code = batch.RUNNER_CODE.replace("self.say(RAN_MARKER", "1 // 0 or self.say(RAN_MARKER", 1)
+    assert code != batch.RUNNER_CODE
+    monkeypatch.setattr(batch, "RUNNER_CODE", code)
+    specs = [CommandSpec("a", ("sh", "-c", "echo x >>\"$NVD_TEST_MARK/ran\""), 5),
+             CommandSpec("b", ("sh", "-c", "sleep 600 & echo started"), 5)]
     results = LocalTransport().run_batch(specs)
-    assert time.monotonic() - started < 60
     for result in results:
         assert (result.rc, result.error) == (None, ErrorReason.INCOMPLETE), result
-        assert "the node's output capper failed (exit 3)" in result.error_detail
+    assert (folder / "ran").read_text() == "x\n"  # run once, by the Python batch only
+    _wait_for(lambda: not _marked(marker), 15, "every batch process to end")
+    assert list((folder / "lock").glob("holder.*")) == []
 
 
-def test_a_python_that_does_not_start_the_capper_leaves_it_to_the_shell(node_env, monkeypatch):
+def test_a_python_too_old_for_the_batch_leaves_it_to_the_shell(node_env, monkeypatch):
+    monkeypatch.setattr(batch, "RUNNER_CODE", batch.RUNNER_CODE.replace("sys.version_info < (3, 6)",
+                                                                        "sys.version_info < (99, 0)", 1))
+    (result,) = LocalTransport().run_batch([CommandSpec("a", ("sh", "-c", "echo out; echo err >&2"), 5)])
+    assert (result.rc, result.stdout, result.stderr, result.error) == (0, b"out\n", b"err\n", None)
+
+
+def test_a_python_that_does_not_start_leaves_the_batch_to_the_shell(node_env, monkeypatch):
     monkeypatch.setattr(batch, "SYSTEM_PYTHONS", ("/bin/false",))
     (result,) = LocalTransport().run_batch([CommandSpec("a", ("sh", "-c", "echo out; echo err >&2"), 5)])
     assert (result.rc, result.stdout, result.stderr, result.error) == (0, b"out\n", b"err\n", None)
 
 
-def test_local_normal_end_leaves_no_process_with_a_heartbeat_clock(node_env, each_capper):
+def test_local_normal_end_leaves_no_process_with_a_heartbeat_clock(node_env, each_batch):
     folder, marker = node_env
     specs = [CommandSpec("a", ("sh", "-c", "echo out; echo err >&2; exit 3"), 5),
              CommandSpec("b", ("sh", "-c", "sleep 600 & echo started"), 5)]
@@ -499,7 +520,7 @@ def _read_to_end_marker(process) -> bytes:
     return raw
 
 
-def test_the_lock_is_free_and_the_temp_folder_gone_when_the_end_marker_arrives(node_env):
+def test_the_lock_is_free_and_the_temp_folder_gone_when_the_end_marker_arrives(node_env, each_batch):
     """CI: a node's next batch, sent the moment the previous one's end marker arrived, found the lock still held
     ("holder unknown") by the previous batch's last processes (the clock's sleep, the EXIT trap's rm). The batch
     releases the lock, and removes its holder info and temp folder, before it prints the end marker."""
@@ -525,3 +546,21 @@ def test_the_lock_is_free_and_the_temp_folder_gone_when_the_end_marker_arrives(n
             process.stdin.close()
             process.wait(10)
             process.stdout.close()
+
+
+@pytest.mark.parametrize("spawn", ["posix_spawn", "fork"])
+def test_the_python_batch_starts_tools_with_default_signals_both_ways(node_env, monkeypatch, spawn):
+    """Python ignores SIGPIPE, and the batch HUP and INT: its tools get them at their defaults, whether started with
+    posix_spawn (Python 3.8+) or fork and exec (3.6 and 3.7). A ``yes`` that ignored SIGPIPE would complain of a
+    broken pipe; a shell's trap list shows what it inherited as ignored."""
+    if spawn == "fork":
+        code = batch.RUNNER_CODE.replace("if hasattr(os, 'posix_spawnp'):", "if False:", 1)
+        assert code != batch.RUNNER_CODE
+        monkeypatch.setattr(batch, "RUNNER_CODE", code)
+    specs = [CommandSpec("pipe", ("sh", "-c", "yes | head -n 1"), 10),
+             CommandSpec("traps", ("sh", "-c", "trap"), 10),
+             CommandSpec("out", ("sh", "-c", "echo out; echo err >&2; exit 4"), 10)]
+    pipe, traps, out = LocalTransport().run_batch(specs)
+    assert (pipe.rc, pipe.stdout, pipe.stderr) == (0, b"y\n", b"")
+    assert traps.rc == 0 and b"HUP" not in traps.stdout and b"PIPE" not in traps.stdout, traps.stdout
+    assert (out.rc, out.stdout, out.stderr) == (4, b"out\n", b"err\n")

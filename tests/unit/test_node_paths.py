@@ -105,9 +105,15 @@ def test_safe_folder_check_refuses_another_users_folder_naming_owner_and_mode(sh
     assert not ok and f"{theirs} is owned by another user" in why, why
 
 
-@pytest.fixture
-def node(tmp_path, monkeypatch):
-    """A local node: its own temp folder, lock folder path, and a witness file that proves a command ran."""
+SYSTEM_PYTHONS = batch.SYSTEM_PYTHONS
+
+
+@pytest.fixture(params=["python", "shell"])
+def node(request, tmp_path, monkeypatch):
+    """A local node: its own temp folder, lock folder path, and a witness file that proves a command ran. Each test
+    runs with the Python batch and again with the shell batch (a node without a system Python)."""
+    if request.param == "shell":
+        monkeypatch.setattr(batch, "SYSTEM_PYTHONS", ("/nonexistent/python3",))
     (tmp_path / "tmp").mkdir()
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     monkeypatch.setenv("NVDEPLOY_LOCK_DIR", str(tmp_path / "lock"))
@@ -157,10 +163,17 @@ def test_lock_folder_writable_by_others_and_not_sticky_is_refused(node):
 
 
 def test_temp_folder_parent_writable_by_others_is_refused(node, monkeypatch):
+    """The shell batch (a node without a system Python) keeps its FIFOs and frames in a temp folder: one under a
+    folder others may write is refused. The Python batch keeps everything in memory and writes nothing there."""
     shared = node / "shared-tmp"
     shared.mkdir()
     shared.chmod(0o777)
     monkeypatch.setenv("TMPDIR", str(shared))
+    monkeypatch.setattr(batch, "SYSTEM_PYTHONS", SYSTEM_PYTHONS)
+    python_batch = LocalTransport().run_batch(_witnessed(node))
+    assert {r.error for r in python_batch} == {None} and list(shared.iterdir()) == []
+    (node / "ran").unlink()
+    monkeypatch.setattr(batch, "SYSTEM_PYTHONS", ("/nonexistent/python3",))
     results = LocalTransport().run_batch(_witnessed(node))
     assert {r.error for r in results} == {ErrorReason.LOCK}
     assert results[0].error_detail.startswith("node folder not safe to use, nothing run: temp folder parent: ")

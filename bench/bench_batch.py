@@ -1,7 +1,7 @@
 """The node-side cost of the batch wrapper: processes and CPU per node, against the same commands joined by ``;``.
 
-Runs the quick level's light collectors of one h100-sxm-8x node on this machine, each command's tool replaced by
-``true`` (the tool costs the same in both contenders; what differs is the wrapper), two ways:
+Runs the light batch a quick run sends one h100-sxm-8x node, on this machine, each command's tool replaced by
+``true`` (the tool costs the same in every contender; what differs is the wrapper), three ways:
 
 - ``batch``: the script nvdeploy sends (transport/batch.py), fed on a held-open stdin as the transports do, on a
   node with a system Python: the whole batch (per-command timeout, capping, frames, lock, watcher) in one Python
@@ -37,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nvdeploy.checks import CHECKS  # noqa: E402
 from nvdeploy.collect.catalog import light_specs  # noqa: E402
-from nvdeploy.runner.engine import QUICK_CHECKS  # noqa: E402
+from nvdeploy.config.levels import load_levels  # noqa: E402
+from nvdeploy.config.profiles import ProfileCatalog  # noqa: E402
 from nvdeploy.transport import batch  # noqa: E402
 
 # What the namespace runs after the measured script: its own pid is the count of processes created before it + 1.
@@ -46,11 +47,16 @@ _COUNT = 'sh -c \'echo "__NVD_NEXT_PID__ $$"\''
 _COUNT_AT_EXIT = "trap \"$(printf '%s' " + shlex.quote(_COUNT) + ")\" EXIT"
 
 
+PROFILE = "h100-sxm-8x"
+
+
 def quick_specs(tool: str, every_light: bool = False) -> list:
-    """The quick level's light collectors (or, with ``every_light``, every light collector of the catalog: what a
-    full level sends in its light batch), each running ``tool``."""
-    names = None if every_light else list(dict.fromkeys(n for c in QUICK_CHECKS for n in CHECKS[c].collectors))
-    return [replace(spec, argv=(tool,), sudo=False) for spec in light_specs({"sudo": False}, names)]
+    """The light batch a quick run sends an h100-sxm-8x node (as bench_validate.py's), or with ``every_light``
+    every light collector of the catalog (what a full level sends in its light batch), each running ``tool``."""
+    checks = [c for c in load_levels()["quick"] if c in CHECKS]
+    names = None if every_light else list(dict.fromkeys(n for c in checks for n in CHECKS[c].collectors))
+    specs = light_specs({"sudo": False}, names, ProfileCatalog().get(PROFILE))
+    return [replace(spec, argv=(tool,), sudo=False) for spec in specs]
 
 
 def plain_script(specs: list) -> str:

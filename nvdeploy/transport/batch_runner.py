@@ -203,6 +203,7 @@ class Batch:
         self.poller.register(self.wake, select.POLLIN)
         self.poller.register(0, select.POLLIN)
         self.null = os.open(os.devnull, os.O_RDWR)
+        self.environ = None
 
     # ---------------------------------------------------------------- output and the end
 
@@ -333,7 +334,9 @@ class Batch:
 
     def start(self, index, argv, stdin_fd, out_fd, err_fd):
         if hasattr(os, "posix_spawnp"):  # 3.8+: no copy of this process's memory for the exec
-            pid = os.posix_spawnp(argv[0], argv, os.environ, file_actions=[
+            if self.environ is None:  # once: os.environ decodes and posix_spawn encodes every variable per call
+                self.environ = dict(os.environb)
+            pid = os.posix_spawnp(argv[0], argv, self.environ, file_actions=[
                 (os.POSIX_SPAWN_DUP2, stdin_fd, 0), (os.POSIX_SPAWN_DUP2, out_fd, 1),
                 (os.POSIX_SPAWN_DUP2, err_fd, 2)], setsigdef=CHILD_DEFAULTS)
         else:

@@ -78,6 +78,8 @@ VAR_SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
     "ssh_known_hosts": (_is_str, "a string (path to a known_hosts file)"),
     "ssh_jump": (_is_str, "a string (user@host:port of a jump host)"),
     "sudo": (lambda v: isinstance(v, bool), "true or false"),
+    "node_python": (lambda v: isinstance(v, bool),
+                    "true or false (false: the node-side batch in POSIX sh even where the node has a system Python)"),
     "profile": (_is_str, "a string (a profile name)"),
     "sim_faults": (_is_str_list, "a list of strings"),
     "sim_sku": (_is_str, "a string (a profile name)"),

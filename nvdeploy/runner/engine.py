@@ -125,16 +125,21 @@ def _transport(host: Host, catalog: ProfileCatalog, options: EngineOptions, peer
         return sim_transport(host.name, profile, host.faults, sku, cluster,
                              [(p.address, p.faults) for p in peers if p.name != host.name], connect_timeout,
                              rack=host.get("rack"))
+    transport: Transport
     if connection == "local":
         from nvdeploy.transport.local import LocalTransport
 
-        return LocalTransport(sudo_password=options.sudo_password)
-    from nvdeploy.transport.ssh import SSHTransport
+        transport = LocalTransport(sudo_password=options.sudo_password)
+    else:
+        from nvdeploy.transport.ssh import SSHTransport
 
-    return SSHTransport(address=host.address, user=host.get("ssh_user"), port=int(host.get("ssh_port", 22)),
-                        key_file=host.get("ssh_key"), known_hosts=host.get("ssh_known_hosts"),
-                        jump=host.get("ssh_jump"), connect_timeout_s=connect_timeout,
-                        accept_new_host_keys=options.accept_new_host_keys, sudo_password=options.sudo_password)
+        transport = SSHTransport(address=host.address, user=host.get("ssh_user"), port=int(host.get("ssh_port", 22)),
+                                 key_file=host.get("ssh_key"), known_hosts=host.get("ssh_known_hosts"),
+                                 jump=host.get("ssh_jump"), connect_timeout_s=connect_timeout,
+                                 accept_new_host_keys=options.accept_new_host_keys,
+                                 sudo_password=options.sudo_password)
+    transport.python_batch = host.get("node_python", True) is not False
+    return transport
 
 
 def error_node(host: Host, check: str, summary: str, reason: ErrorReason, duration: float = 0.0,

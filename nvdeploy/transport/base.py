@@ -69,6 +69,9 @@ class Transport(abc.ABC):
     node: str = ""
     run_id: str = ""
     sudo_gate: Optional[SudoGate] = None
+    # The node-side batch in the node's system Python where it has one (transport/batch_runner.py); False: always
+    # the POSIX sh batch (the inventory's node_python: false).
+    python_batch: bool = True
 
     def bind(self, node: str, run_id: str = "", sudo_gate: Optional[SudoGate] = None) -> Transport:
         """Attach this transport to one node of one run; returns self."""

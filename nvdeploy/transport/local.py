@@ -65,7 +65,7 @@ class LocalTransport(Transport):
         if self._closed:
             return b"", ErrorReason.INTERRUPTED, "run interrupted"
         script = batch.build_script(specs, sudo_password=password is not None, run_id=self.run_id,
-                                    heartbeat_lost_s=batch.HEARTBEAT_LOST_S)
+                                    heartbeat_lost_s=batch.HEARTBEAT_LOST_S, python_runner=self.python_batch)
         env = {k: v for k, v in os.environ.items() if k not in _SECRET_ENV}
         proc = subprocess.Popen([*self.shell, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True, env=env)

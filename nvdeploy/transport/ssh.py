@@ -233,7 +233,7 @@ class SSHTransport(Transport):
         def execute(specs: Sequence[CommandSpec], password: Optional[str],
                     on_output: Callable[[bytes], None]) -> list[CommandResult]:
             script = batch.build_script(specs, sudo_password=password is not None, run_id=self.run_id,
-                                        heartbeat_lost_s=batch.HEARTBEAT_LOST_S)
+                                        heartbeat_lost_s=batch.HEARTBEAT_LOST_S, python_runner=self.python_batch)
             cap = sum(c.max_bytes for c in specs) * 2 + 65536
             stdin = (password + "\n").encode() if password is not None else b""
             budget = batch_budget(specs, password is not None, deadline_s, started)

@@ -1,7 +1,7 @@
 """Node side: whatever ends a node's work ends every process it started there and removes what it made there (its
 holder file; the shell batch's temp folder); one run per node at a time; the sudo password is tried once per run.
-Real sshd on loopback (127.0.0.0/8). The rows run in process run with the Python batch (this machine has a system
-Python) and again with the shell batch; the controller-signal rows with the Python batch.
+Real sshd on loopback (127.0.0.0/8). Every row runs with the Python batch (this machine has a system Python) and
+again with the shell batch.
 
 Each node's nvidia-smi is replaced by a "stubborn" tool: it ignores SIGTERM, and starts a Python child that moves
 to a process group of its own (so ``timeout(1)``'s group kill misses it, as mpirun's daemons would). Rows:
@@ -175,6 +175,7 @@ def test_command_timeout_leaves_nothing(cluster, tmp_path, each_batch):
         cluster, tmp_path, ["tmo"], EngineOptions(checks=QUICK_CHECKS), command_timeout=8)), daemon=True)
     worker.start()
     dirs = _running_stubborn(node)
+    assert any("/nvd." in d for d in dirs) is (each_batch == "shell"), dirs  # the shell batch's temp folder
     worker.join(90)
     assert not worker.is_alive()
     (found,) = result["out"].run.nodes
@@ -214,12 +215,14 @@ def test_deadline_leaves_nothing(cluster, tmp_path, each_batch):
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize("node_python", [True, False], ids=["python", "shell"])
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGKILL"])
-def test_controller_ending_leaves_nothing(cluster, tmp_path, sig):
+def test_controller_ending_leaves_nothing(cluster, tmp_path, sig, node_python):
+    """The controller is a process of its own: the inventory's node_python picks the batch."""
     name = {"SIGINT": "sigint", "SIGTERM": "sigterm", "SIGKILL": "sigkill"}[sig]
     node = cluster.node(name)
     _stubborn(node)
-    inventory = _inventory(cluster, tmp_path, [name])
+    inventory = _inventory(cluster, tmp_path, [name], node_python=node_python)
     process = start_nvdeploy(["validate", "-i", str(inventory), "--out", str(tmp_path / "reports")], cwd=tmp_path)
     try:
         dirs = _running_stubborn(node)
@@ -227,6 +230,7 @@ def test_controller_ending_leaves_nothing(cluster, tmp_path, sig):
         process.send_signal(signal.SIGKILL)
         process.wait(30)
         raise
+    assert any("/nvd." in d for d in dirs) is not node_python, dirs  # only the shell batch makes a temp folder
     signalled = time.monotonic()
     process.send_signal(getattr(signal, sig))
     run = process.wait(60)

@@ -564,3 +564,24 @@ def test_the_python_batch_starts_tools_with_default_signals_both_ways(node_env, 
     assert (pipe.rc, pipe.stdout, pipe.stderr) == (0, b"y\n", b"")
     assert traps.rc == 0 and b"HUP" not in traps.stdout and b"PIPE" not in traps.stdout, traps.stdout
     assert (out.rc, out.stdout, out.stderr) == (4, b"out\n", b"err\n")
+
+
+def test_the_inventory_can_ask_for_the_shell_batch_on_a_node(tmp_path):
+    """node_python: false sends a node the POSIX sh batch even where it has a system Python (an escape hatch for a
+    node image whose Python misbehaves); it must be a boolean."""
+    from nvdeploy.config.inventory import load_inventory
+    from nvdeploy.config.profiles import ProfileCatalog
+    from nvdeploy.config.yamlfile import ConfigError
+    from nvdeploy.runner.engine import EngineOptions, make_transport
+
+    catalog = ProfileCatalog()
+    path = tmp_path / "inv.yaml"
+    path.write_text("all:\n  hosts:\n    a: {connection: local}\n    b: {connection: local, node_python: false}\n"
+                    "    c: {address: 127.0.0.1, node_python: true}\n  vars: {profile: h100-sxm-8x}\n")
+    hosts = {h.name: h for h in load_inventory(path, catalog).hosts}
+    picked = {name: make_transport(host, catalog, EngineOptions()).python_batch for name, host in hosts.items()}
+    assert picked == {"a": True, "b": False, "c": True}
+    path.write_text("all:\n  hosts:\n    a: {connection: local, node_python: 'no'}\n  vars: {profile: h100-sxm-8x}\n")
+    with pytest.raises(ConfigError) as raised:
+        load_inventory(path, catalog)
+    assert "node_python" in str(raised.value) and "true or false" in str(raised.value)

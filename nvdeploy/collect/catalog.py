@@ -30,22 +30,24 @@ SUDO_CHECK = Collector(
     "sudo", ("true",), 20.0, needs_root=True, description="sudo works without a prompt")
 
 
-@lru_cache(maxsize=1)
-def _probe_argv() -> tuple[str, ...]:
+@lru_cache(maxsize=8)
+def _probe_argv(python: Optional[str]) -> tuple[str, ...]:
     # ~70 KB of compressed source: built the first time a plan needs it, then shared by every node (not at import,
     # which every CLI command, test and fake node pays).
     from nvdeploy.collect.probe.ship import probe_argv
 
-    return probe_argv()
+    return probe_argv(python) if python else probe_argv()
 
 
 def _build_probe(host_vars: Mapping[str, Any], profile: Any) -> tuple[str, ...]:
-    return _probe_argv()
+    return _probe_argv(host_vars.get("probe_python") or None)
 
 
 NVML_PROBE = Collector(
-    "nvml_probe", ("python3", "-c", "BOOTSTRAP", "PAYLOAD"), 60.0, build=_build_probe,
-    description="the node probe: GPU facts from NVML through the node's python3 (nvidia-smi is the fallback)")
+    "nvml_probe", ("/bin/sh", "-c", "LAUNCH", "nvd-probe", "BOOTSTRAP", "PAYLOAD", "/usr/bin/python3"), 60.0,
+    build=_build_probe,
+    description="the node probe: GPU facts from NVML through the node's system Python, started isolated from a "
+                "fixed path (nvidia-smi is the fallback)")
 # Collectors that run whenever another one does: the probe rides along with nvidia-smi in the same round trip
 # and supplies the GPU facts when it works; nvidia-smi's exit status still decides the driver's state.
 COMPANIONS: dict[str, tuple[str, ...]] = {"nvidia_smi_xml": ("nvml_probe",)}

@@ -48,6 +48,13 @@ def _is_str_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
+def _is_node_program(value: Any) -> bool:
+    """An absolute path of a program on the node, with no ``..`` and no control character: it is started by that
+    path (a word of the command, never shell text), not looked up in the node's ``PATH``."""
+    return isinstance(value, str) and value.startswith("/") and len(value) <= 4096 and \
+        ".." not in value.split("/") and not any(ord(c) < 32 or ord(c) == 127 for c in value)
+
+
 _STORAGE_FLOORS = {"read_gbps", "write_gbps"}
 
 
@@ -80,6 +87,9 @@ VAR_SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
     "sudo": (lambda v: isinstance(v, bool), "true or false"),
     "node_python": (lambda v: isinstance(v, bool),
                     "true or false (false: the node-side batch in POSIX sh even where the node has a system Python)"),
+    "probe_python": (_is_node_program,
+                     "an absolute path of the node's Python for the NVML probe (default: /usr/bin/python3, then "
+                     "/usr/libexec/platform-python; never the PATH's python3)"),
     "profile": (_is_str, "a string (a profile name)"),
     "sim_faults": (_is_str_list, "a list of strings"),
     "sim_sku": (_is_str, "a string (a profile name)"),

@@ -240,6 +240,9 @@ def python3(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
 
     if scenario.has("no_python"):
         return ToolOutput(b"", b"sh: 1: python3: not found\n", 127)
+    args = list(args)
+    while args and args[0] in ("-I", "-S"):  # isolated, no site: as the probe's launcher starts it
+        args.pop(0)
     if len(args) >= 2 and args[0] == "-c" and args[1] == BOOTSTRAP:
         return run_probe(scenario)
     return ToolOutput(b"", b"simulated python3 runs only the nvdeploy probe\n", 2)

@@ -103,8 +103,19 @@ def register_tool(name: str) -> Callable[[ToolFunction], ToolFunction]:
     return wrap
 
 
+def _launched(argv: Sequence[str]) -> Sequence[str]:
+    """The probe's ``/bin/sh -c LAUNCH ...`` as the program it execs: the simulated node has its system Python
+    (``python3``; fault ``no_python``: none), whichever of the launcher's paths is named first."""
+    from nvdeploy.collect.probe.ship import launched_python
+
+    if not argv or argv[0] != "/bin/sh" or launched_python(argv) is None:
+        return argv
+    return ["python3", "-I", "-S", "-c", *argv[4:6]]
+
+
 def run_tool(scenario: NodeScenario, argv: Sequence[str]) -> ToolOutput:
     """What running ``argv`` on the simulated node prints and returns."""
+    argv = _launched(argv)
     output = _run_tool(scenario, argv)
     args = _strip_sudo(argv)
     tool = os.path.basename(args[0]) if args else ""

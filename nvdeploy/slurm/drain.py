@@ -26,7 +26,9 @@ _OURS = re.compile(r"^nvdeploy (?:node-check )?\d{8}T\d{4,6}Z?\S*:")
 # what every tool shows (NHC itself caps its messages similarly).
 REASON_MAX = 200
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
-_NOT_THE_NODE = (ErrorReason.BUSY, ErrorReason.INTERRUPTED)
+# Findings that say nothing against the node: it was busy, the run was interrupted, or a folder the run must use
+# was not safe (a lock folder another local user made): draining for those would let any user drain a node.
+_NOT_THE_NODE = (ErrorReason.BUSY, ErrorReason.INTERRUPTED, ErrorReason.LOCK)
 
 
 def is_ours(reason: str, node_check_only: bool = False) -> bool:
@@ -153,7 +155,8 @@ def plan_action(name: str, verdict: Verdict, findings: Sequence[Finding], slurm:
     drained, reason = slurm.drained, slurm.reason
     unjudged = [f for f in findings if f.verdict is Verdict.ERROR]
     if verdict is Verdict.ERROR and unjudged and all(f.reason in _NOT_THE_NODE for f in unjudged):
-        # Busy (a job holds it) or interrupted: nvdeploy did not look, which says nothing against the node.
+        # Busy (a job holds it), interrupted, or a node folder not safe to use: nvdeploy did not look, which says
+        # nothing against the node.
         return Action(name, "none", f"not judged ({', '.join(sorted({f.reason.value for f in unjudged if f.reason}))})"
                                     "; no scheduler action")
     to_drain = (verdict is Verdict.FAIL and policy.drain_failed) or (

@@ -67,7 +67,10 @@ def srun_argv(nodes: Sequence[str], opts: SrunOptions, time_limit_s: float, job_
     minutes, seconds = divmod(max(60, math.ceil(time_limit_s)), 60)
     argv = ["srun", f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}", "--ntasks-per-node=1",
             "--input=all", "--label", f"--job-name={job_name}", f"--time={minutes}:{seconds:02d}",
-            f"--immediate={max(1, int(opts.immediate_s))}", "--kill-on-bad-exit=0"]
+            f"--immediate={max(1, int(opts.immediate_s))}", "--kill-on-bad-exit=0",
+            # The task starts in / (srun's default is the caller's folder, which may be one others can write): the
+            # batch changes there too, but its wrapper runs before it.
+            "--chdir=/"]
     for flag, value in (("reservation", opts.reservation), ("partition", opts.partition),
                         ("account", opts.account), ("qos", opts.qos)):
         if value:
@@ -88,7 +91,7 @@ def nccl_srun_argv(nodes: Sequence[str], gpus_per_node: int, opts: SrunOptions, 
     argv = ["srun", f"--mpi={opts.mpi}", f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}",
             f"--ntasks-per-node={ranks_per_node or gpus_per_node}", f"--gpus-per-node={gpus_per_node}",
             f"--job-name={job_name}",
-            f"--time={minutes}:{seconds:02d}", f"--immediate={max(1, int(opts.immediate_s))}"]
+            f"--time={minutes}:{seconds:02d}", f"--immediate={max(1, int(opts.immediate_s))}", "--chdir=/"]
     for flag, value in (("reservation", opts.reservation), ("partition", opts.partition),
                         ("account", opts.account), ("qos", opts.qos)):
         if value:

@@ -584,7 +584,10 @@ class SshCluster:
             raise KeyError(f"extra_host_vars names unknown node(s): {', '.join(unknown)}")
         hosts: dict[str, dict[str, Any]] = {}
         for node in self.nodes:
-            hosts[node.name] = {"address": node.address, **extra.get(node.name, {})}
+            # The probe runs from a fixed path, never the PATH's python3: the node's fake one is named as an
+            # operator names a node's Python.
+            hosts[node.name] = {"address": node.address, "probe_python": str(node.bin_dir / "python3"),
+                                **extra.get(node.name, {})}
         data = {
             "all": {
                 "vars": {

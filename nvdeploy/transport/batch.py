@@ -83,7 +83,7 @@ from typing import Callable, Optional, Sequence
 
 from nvdeploy.results import CommandResult, ErrorReason
 from nvdeploy.transport.base import CommandSpec
-from nvdeploy.transport.node_paths import SAFE_DIR_SH, UNSAFE_MARKER
+from nvdeploy.transport.node_paths import SAFE_DIR_SH, SYSTEM_PYTHONS, UNSAFE_MARKER
 from nvdeploy.transport.sudo_gate import SudoGate, SudoTicket
 
 END_MARKER = b"__NVD_BATCH_END__"
@@ -99,6 +99,8 @@ _HEADER = re.compile(
 _SUDO = re.compile(rb"__NVD_SUDO__ rc=(\d+) err=(\d+)\n")
 _BUSY = re.compile(rb"__NVD_BUSY__ ([^\n]*)\n")
 _UNSAFE = re.compile(UNSAFE_MARKER.encode() + rb" ([^\n]*)\n")
+# The folder check's words (node_paths.py, batch_runner.py) for a folder another user made.
+_PLANTED = re.compile(r"^run lock folder: (/\S*) is owned by another user \(owner (\S+), uid")
 # timeout(1) exits 124 when it had to stop the command and 137 when it had to kill it after the grace period.
 TIMEOUT_RCS = (124, 137)
 KILL_GRACE_S = 3
@@ -111,6 +113,9 @@ HEARTBEAT_LOST_S = 60
 SUDO_CHECK_TIMEOUT_S = 20
 # Where the run lock goes by default: the first of these that is a real folder, in its ``nvdeploy`` folder.
 LOCK_BASES = ("/run/lock", "/var/lock")
+# Root's lock when no root-made ``nvdeploy`` folder is in the system lock folder: ``/run`` is root's (0755), so nobody
+# else can make this name before root's first run after boot, as anyone can in ``/run/lock`` (1777).
+ROOT_LOCK_DIR = "/run/nvdeploy"
 # What sudo says (LC_ALL=C) when it did not accept the password.
 _REJECTED = (b"incorrect password", b"Sorry, try again", b"Authentication failure", b"authentication failure")
 # What it says when the password was right but sudoers does not let the user run the command.
@@ -135,9 +140,6 @@ def _compact(source: str) -> str:
 
 
 RUNNER_CODE = _compact(Path(__file__).with_name("batch_runner.py").read_text(encoding="utf-8"))
-# Where a node's system Python is (RHEL 8 has only platform-python): a fixed path, never $PATH's python3, which may
-# be a user's virtual environment or a pyenv shim (a shell script that costs more than the batch it replaces).
-SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/libexec/platform-python")
 # The runner's exit statuses the script acts on: 0 ran; 90 and up (or a signal) failed once it had begun, so the
 # shell batch must not run the commands again; anything else, it did nothing (too old a Python, or one that does not
 # start) and the shell batch runs.
@@ -197,7 +199,7 @@ def _runner_line(sudo_password: bool, run_id: str, lock: bool, period: int, gate
     """The script's start of batch_runner.py on a system Python: its settings, then the commands ("$@")."""
     check = (_timeout(SUDO_CHECK_TIMEOUT_S).split() + ["sudo", "-S", "-p", "", "--", "true"]) if gate else []
     words = [str(KILL_GRACE_S * 10), str(period), run_id or "-", "1" if lock else "", " ".join(LOCK_BASES),
-             "1" if sudo_password else "", str(len(check)), *check]
+             ROOT_LOCK_DIR, "1" if sudo_password else "", str(len(check)), *check]
     return (f"for nvd_x in {' '.join(SYSTEM_PYTHONS)}; do\n"
             '  [ -x "$nvd_x" ] || continue\n'
             f'  "$nvd_x" -I -S -c {shlex.quote(RUNNER_CODE)} "$nvd_ours" "$PPID" {shlex.join(words)} "$@"\n'
@@ -268,6 +270,7 @@ def _assemble(commands: Sequence[CommandSpec], sudo_password: bool, run_id: str,
     words, starts = _command_words(commands, sudo_password, bool(gate))
     lines = [
         "export LC_ALL=C LANG=C",
+        _PARTS["isolate"],
         "command -v timeout >/dev/null 2>&1 || { echo 'nvdeploy: timeout(1) not found on node' >&2; exit 96; }",
         # The commands, once, for whichever batch runs them: the script travels as one argument of the login
         # shell, which Linux holds to 128 KiB (MAX_ARG_STRLEN), and the NVML probe alone is ~75 KB of it.
@@ -290,7 +293,8 @@ def _assemble(commands: Sequence[CommandSpec], sudo_password: bool, run_id: str,
         "trap 'rm -rf \"$d\" ${nvd_hf:+\"$nvd_hf\"}' EXIT",
         # batch.sh's settings (its header lists them): plain words, quoted all the same
         f"nvd_grace_ticks={KILL_GRACE_S * 10} nvd_period={period} nvd_endm={shlex.quote(END_MARKER.decode())} "
-        f"nvd_run={shlex.quote(run_id or '-')} nvd_lock_bases={shlex.quote(' '.join(LOCK_BASES))}",
+        f"nvd_run={shlex.quote(run_id or '-')} nvd_lock_bases={shlex.quote(' '.join(LOCK_BASES))} "
+        f"nvd_root_lock={shlex.quote(ROOT_LOCK_DIR)}",
         _PARTS["prelude"],
     ]
     if lock:  # before anything runs: a refused batch starts nothing, and sends no password
@@ -435,7 +439,14 @@ def unsafe_folder(raw: bytes) -> Optional[str]:
     match = _UNSAFE.match(raw)  # the first thing such a batch prints, and the only one
     if match is None:
         return None
-    return _clean("node folder not safe to use, nothing run: " + match.group(1).decode("utf-8", "replace"), 400)
+    text = match.group(1).decode("utf-8", "replace")
+    planted = _PLANTED.search(text)
+    if planted is not None:
+        # Not nvdeploy's doing and not the node's health: someone made a folder nvdeploy must use. Say who, and
+        # how to clear it.
+        text += (f"; made by {planted.group(2)}, not by nvdeploy: once checked, remove it as root "
+                 f"(rm -rf -- {shlex.quote(planted.group(1))}) or set NVDEPLOY_LOCK_DIR")
+    return _clean("node folder not safe to use, nothing run: " + text, 600)
 
 
 def parse_output(

@@ -14,8 +14,20 @@
 #   nvd_endm          the end marker line
 #   nvd_run           the run id written to the lock's holder info
 #   nvd_lock_bases    the system lock folders to try, first found wins (fixed words, no blanks)
+#   nvd_root_lock     root's lock folder when the system lock folder has no root-made nvdeploy folder
 #   nvd_uid           the user id (root may remove anyone's stale holder info)
 # Sections start with "# @part NAME" lines; batch.py places each where its order needs it.
+
+# @part isolate
+# Nothing the batch starts may come from a folder its caller happened to be in: root started from /tmp (local
+# transport) or srun's inherited working folder would otherwise run a planted python3 module or a program named by a
+# relative PATH entry. The batch works from / and drops every PATH entry that is not absolute (an empty one, ".").
+cd / || { echo 'nvdeploy: cannot change to /' >&2; exit 97; }
+nvd_x='' nvd_sifs=$IFS
+set -f; IFS=:
+for nvd_e in ${PATH:-}; do case $nvd_e in /*) nvd_x=${nvd_x:+$nvd_x:}$nvd_e ;; esac; done
+IFS=$nvd_sifs; set +f
+PATH=${nvd_x:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin}; export PATH
 
 # @part session
 # Which session this is, in a function: the script's positional parameters are its commands (set by batch.py).
@@ -146,19 +158,61 @@ nvd_wait_heartbeat() {
 }
 
 # @part lock
+# The first line of holder file $1 into nvd_info (1: no whole line yet, or gone); for one that is not a plain file
+# with one link, a line saying it was not read. Never through a link nor waiting on a FIFO (dd's nofollow,nonblock):
+# in a folder shared with a group, another member can swap a holder for a link to a file only root may read.
+nvd_nl='
+'
+nvd_holder() {
+  nvd_hp=$1 nvd_hn=${1##*/} nvd_hwhy=
+  nvd_hl=$(LC_ALL=C ls -ldn -- "$nvd_hp" 2>/dev/null) || return 1
+  set -f
+  # shellcheck disable=SC2086  # ls's fields as words: mode, links, owner, ...
+  set -- $nvd_hl
+  set +f
+  case $1 in
+    -*) [ "$2" = 1 ] || nvd_hwhy="has other hard links" ;;
+    l*) nvd_hwhy="is a symbolic link" ;;
+    *) nvd_hwhy="is not a plain file" ;;
+  esac
+  if [ -z "$nvd_hwhy" ]; then
+    nvd_hr=$(dd if="$nvd_hp" iflag=nofollow,nonblock bs=4096 count=1 2>/dev/null && echo .) || nvd_hr=
+    [ -n "$nvd_hr" ] || nvd_hwhy="cannot be read"
+  fi
+  if [ -n "$nvd_hwhy" ]; then nvd_info="holder unreadable ($nvd_hn $nvd_hwhy, not read)"; return 0; fi
+  case $nvd_hr in *"$nvd_nl"*) nvd_info=${nvd_hr%%"$nvd_nl"*}; return 0 ;; esac
+  return 1
+}
+# $1 is a real folder (not a link) owned by root.
+nvd_rootdir() {
+  [ -d "$1" ] && [ ! -L "$1" ] || return 1
+  nvd_hl=$(LC_ALL=C ls -ldn -- "$1" 2>/dev/null) || return 1
+  set -f
+  # shellcheck disable=SC2086  # ls's fields as words: mode, links, owner, ...
+  set -- $nvd_hl
+  set +f
+  [ "$3" = 0 ]
+}
 if command -v flock >/dev/null 2>&1; then
   nvd_ld=${NVDEPLOY_LOCK_DIR:-}
   if [ -z "$nvd_ld" ]; then
     # The system's lock folder when its nvdeploy folder is there for us (root's, or one an admin made for a group)
-    # or root may make it; else the user's own runtime folder; else (neither) unlocked.
-    nvd_lb=
+    # or root may make it; else the user's own runtime folder; else (neither) unlocked. Root never takes one that
+    # another user made (anyone may make it in /run/lock, 1777, before root's first run): its lock is then
+    # $nvd_root_lock, in /run, where only root can make it (batch_runner.py's lock_folder, the same rule).
+    [ -n "$nvd_uid" ] || nvd_myuid
+    nvd_lb='' nvd_ro=''
     for nvd_x in $nvd_lock_bases; do [ -d "$nvd_x" ] && [ ! -L "$nvd_x" ] && { nvd_lb=$nvd_x; break; }; done
-    if [ -n "$nvd_lb" ] && { [ -e "$nvd_lb/nvdeploy" ] || [ -L "$nvd_lb/nvdeploy" ]; }; then
+    [ "$nvd_uid" = 0 ] && [ -n "$nvd_root_lock" ] && [ -d "${nvd_root_lock%/*}/" ] && nvd_ro=1
+    if [ -n "$nvd_lb" ] && { [ -e "$nvd_lb/nvdeploy" ] || [ -L "$nvd_lb/nvdeploy" ]; } && \
+        { [ -z "$nvd_ro" ] || nvd_rootdir "$nvd_lb/nvdeploy"; }; then
       nvd_safe "$nvd_lb/nvdeploy" || nvd_refuse "run lock folder"
       [ -w "$nvd_lb/nvdeploy" ] && [ -x "$nvd_lb/nvdeploy" ] && nvd_ld=$nvd_lb/nvdeploy
-    elif [ -n "$nvd_lb" ] && [ -O "$nvd_lb" ]; then
+    elif [ -n "$nvd_lb" ] && [ -z "$nvd_ro" ] && [ ! -e "$nvd_lb/nvdeploy" ] && [ ! -L "$nvd_lb/nvdeploy" ] && \
+        [ -O "$nvd_lb" ]; then
       nvd_ld=$nvd_lb/nvdeploy
     fi
+    [ -n "$nvd_ld" ] || [ -z "$nvd_ro" ] || nvd_ld=$nvd_root_lock
     [ -n "$nvd_ld" ] || nvd_ld=${XDG_RUNTIME_DIR:+${XDG_RUNTIME_DIR%/}/nvdeploy}
   fi
   if [ -n "$nvd_ld" ]; then
@@ -190,11 +244,10 @@ if command -v flock >/dev/null 2>&1; then
           nvd_live=''
           for nvd_f in "$nvd_ld"/holder.*; do
             nvd_x=${nvd_f##*/holder.}; nvd_x=${nvd_x%%.*}
-            if [ -f "$nvd_f" ] && [ ! -L "$nvd_f" ] && [ -d "/proc/$nvd_x" ]; then
-              nvd_live=1
-              IFS= read -r nvd_info 2>/dev/null <"$nvd_f" && break
-              nvd_info=''
-            fi
+            # shellcheck disable=SC2015  # any test failing means: not a live holder, skip it
+            { [ -e "$nvd_f" ] || [ -L "$nvd_f" ]; } && [ -d "/proc/$nvd_x" ] || continue
+            nvd_live=1
+            nvd_holder "$nvd_f" && break
           done
           # The holder makes its file (mktemp) and then writes its line: a live holder's file without a whole line
           # is being written, so it is read again shortly (2 s at most) rather than named "unknown".

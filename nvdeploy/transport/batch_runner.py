@@ -42,6 +42,8 @@ READ_SIZE = 65536
 # What the shell batch keeps of sudo's answer: 4096 bytes in the early line, 65536 as a skipped command's stderr.
 SUDO_LINE_MAX = 4096
 SUDO_STDERR_MAX = 65536
+# A holder line is short (user, run, pid, time): more than this is not one.
+HOLDER_MAX = 4096
 # Signals a child gets at their default: Python ignores SIGPIPE and SIGXFSZ, and this process HUP and INT.
 CHILD_DEFAULTS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGHUP, signal.SIGINT)
 
@@ -51,10 +53,11 @@ class Ended(Exception):
 
 
 class Settings:
-    """The script's words: ours, spare pid, grace ticks, heartbeat period, run id, lock, lock bases, password,
-    then the sudo check's argv (count, words; count 0: no check), then the commands (count, then per command its
-    cap, flags, argv count and argv; transport/batch.py's _command_words). Flags: ``t`` keeps stdout's tail, ``p``
-    gives the command the password on its stdin, ``g`` runs it only when the sudo check passed; ``-`` none."""
+    """The script's words: ours, spare pid, grace ticks, heartbeat period, run id, lock, lock bases, root's
+    lock, password, then the sudo check's argv (count, words; count 0: no check), then the commands (count, then
+    per command its cap, flags, argv count and argv; transport/batch.py's _command_words). Flags: ``t`` keeps
+    stdout's tail, ``p`` gives the command the password on its stdin, ``g`` runs it only when the sudo check
+    passed; ``-`` none."""
 
     def __init__(self, words):
         words = list(words)
@@ -65,6 +68,7 @@ class Settings:
         self.run_id = words.pop(0)
         self.lock = words.pop(0) == "1"
         self.lock_bases = words.pop(0).split()
+        self.root_lock = words.pop(0)
         self.password = words.pop(0) == "1"
         count = int(words.pop(0))
         self.sudo_check = words[:count]
@@ -169,6 +173,70 @@ def holder_names(folder):
         return sorted(name for name in os.listdir(folder) if name.startswith("holder."))
     except OSError:
         return []
+
+
+def root_owned_folder(path):
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == 0
+
+
+def lock_folder(bases, root_lock, uid, environ):
+    """(folder, None) for the run lock ("" for none: unlocked), or ("", why) when the folder it must use is not
+    safe. ``$NVDEPLOY_LOCK_DIR`` when set. Else the system lock folder's ``nvdeploy`` (the first of ``bases`` that is
+    a real folder) when it is there for us: made by root (root's own, or one an admin made for a group) or by this
+    user. Root never uses one another user made: ``/run/lock`` is writable by everyone, so anyone could make it
+    before root's first run and stop every run; root's lock is then ``root_lock`` (``/run/nvdeploy``, where only
+    root can make it). A user who is not root takes it only where root may not, then ``$XDG_RUNTIME_DIR``."""
+    folder = environ.get("NVDEPLOY_LOCK_DIR", "")
+    if folder:
+        return folder, None
+    base = next((b for b in bases if is_dir(b)), "")
+    mine = base + "/nvdeploy"
+    root_own = uid == 0 and bool(root_lock) and is_dir(root_lock.rsplit("/", 1)[0] or "/")
+    if base and exists_or_link(mine) and not (root_own and not root_owned_folder(mine)):
+        why = unsafe_folder(mine, uid)
+        if why is not None:
+            return "", why
+        if os.access(mine, os.W_OK | os.X_OK):
+            folder = mine
+    elif base and not exists_or_link(mine) and not root_own and owned(base, uid):
+        folder = mine
+    if not folder and root_own:
+        folder = root_lock
+    if not folder and environ.get("XDG_RUNTIME_DIR"):
+        runtime = environ["XDG_RUNTIME_DIR"]
+        folder = (runtime[:-1] if runtime.endswith("/") else runtime) + "/nvdeploy"
+    return folder, None
+
+
+def holder_line(path):
+    """(first line, None) of a holder file, (None, None) while it has no whole line (or is gone), or (None, why)
+    when it is not read at all. In a folder shared with a group, another member can swap a holder for a link to a
+    file only root may read, a FIFO that blocks the read, or a hard link: the file is opened without following a
+    link or waiting for a writer, and read only when fstat says it is a plain file with one link."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+    except FileNotFoundError:
+        return None, None
+    except OSError:
+        return None, "is a symbolic link or cannot be opened"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None, "is not a plain file"
+        if info.st_nlink != 1:
+            return None, "has other hard links"
+        data = os.read(fd, HOLDER_MAX)
+    except OSError:
+        return None, "cannot be read"
+    finally:
+        os.close(fd)
+    if b"\n" not in data:
+        return None, None
+    return data.split(b"\n", 1)[0], None
 
 
 def owned(path, uid):
@@ -376,21 +444,9 @@ class Batch:
 
     def take_lock(self):
         """True to go on; False when the batch was refused (its lines printed)."""
-        folder = os.environ.get("NVDEPLOY_LOCK_DIR", "")
-        if not folder:
-            base = next((b for b in self.s.lock_bases if is_dir(b)), "")
-            mine = base + "/nvdeploy"
-            if base and exists_or_link(mine):
-                why = unsafe_folder(mine, self.uid)
-                if why is not None:
-                    return self.refuse("run lock folder", why)
-                if os.access(mine, os.W_OK | os.X_OK):
-                    folder = mine
-            elif base and owned(base, self.uid):
-                folder = mine
-            if not folder and os.environ.get("XDG_RUNTIME_DIR"):
-                runtime = os.environ["XDG_RUNTIME_DIR"]
-                folder = (runtime[:-1] if runtime.endswith("/") else runtime) + "/nvdeploy"
+        folder, why = lock_folder(self.s.lock_bases, self.s.root_lock, self.uid, os.environ)
+        if why is not None:
+            return self.refuse("run lock folder", why)
         if not folder:
             return True
         if folder != "/" and folder.endswith("/"):
@@ -470,18 +526,16 @@ class Batch:
         for _ in range(21):
             live = False
             for name in holder_names(folder):
-                path = folder + "/" + name
                 pid = name[len("holder."):].split(".", 1)[0]
-                try:
-                    if not stat.S_ISREG(os.lstat(path).st_mode) or not os.path.isdir("/proc/" + pid):
-                        continue
-                    live = True
-                    with open(path, "rb") as handle:
-                        first = handle.readline()
-                except OSError:
+                if not os.path.isdir("/proc/" + pid):
                     continue
-                if first.endswith(b"\n"):
-                    info = first[:-1].decode("utf-8", "replace")
+                live = True
+                first, why = holder_line(folder + "/" + name)
+                if why is not None:
+                    info = "holder unreadable (%s %s, not read)" % (name, why)
+                    break
+                if first is not None:
+                    info = first.decode("utf-8", "replace")
                     break
             # The holder makes its file and then writes its line: a live holder's file without a whole line is
             # being written, so it is read again shortly (2 s at most) rather than named "unknown".

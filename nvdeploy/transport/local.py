@@ -68,7 +68,7 @@ class LocalTransport(Transport):
                                     heartbeat_lost_s=batch.HEARTBEAT_LOST_S, python_runner=self.python_batch)
         env = {k: v for k, v in os.environ.items() if k not in _SECRET_ENV}
         proc = subprocess.Popen([*self.shell, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True, env=env)
+                                stderr=subprocess.PIPE, start_new_session=True, env=env, cwd="/")
         with self._lock:
             self._procs.add(proc)
         out = bytearray()

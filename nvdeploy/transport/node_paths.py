@@ -17,6 +17,11 @@ when the check fails; the user id comes from ``/proc/$$/status`` with the shell'
 
 from __future__ import annotations
 
+# Where a node's system Python is (RHEL 8 has only platform-python): a fixed path, never $PATH's python3, which may
+# be a user's virtual environment, a pyenv shim, or a folder another user can write. Both the batch runner and the
+# NVML probe start it from here, isolated (-I).
+SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/libexec/platform-python")
+
 # The marker line of a batch refused for an unsafe folder: printed first, then the end marker; nothing ran.
 UNSAFE_MARKER = "__NVD_UNSAFE__"
 

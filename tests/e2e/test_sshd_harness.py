@@ -345,8 +345,11 @@ def test_inventory_yaml(ssh_cluster_factory: ClusterFactory, tmp_path: Path) -> 
         "connection": "ssh", "profile": "h100-sxm-8x", "ssh_user": cluster.user, "ssh_port": cluster.port,
         "ssh_key": str(cluster.client_key), "ssh_known_hosts": str(cluster.known_hosts),
     }
-    assert data["all"]["hosts"] == {"node01": {"address": "127.0.1.1"},
-                                    "node02": {"address": "127.0.1.2", "driver_version": "550.120"}}
+    # each node's fake python3 is its probe_python: the probe runs from a fixed path, never the PATH's python3
+    python = {n.name: str(n.bin_dir / "python3") for n in cluster.nodes}
+    assert data["all"]["hosts"] == {
+        "node01": {"address": "127.0.1.1", "probe_python": python["node01"]},
+        "node02": {"address": "127.0.1.2", "probe_python": python["node02"], "driver_version": "550.120"}}
     assert '  driver_version: "550.120"\n' in text
     assert f"  ssh_port: {cluster.port}\n" in text and '  connection: "ssh"\n' in text
     with pytest.raises(KeyError):

@@ -159,3 +159,20 @@ def test_probe_supplies_gpu_facts_and_nvidia_smi_is_the_fallback_without_python3
         assert node.verdict is Verdict.PASS, node.findings
     persistence = next(f for f in nodes["gpu01"].findings if f.check == "gpu.persistence")
     assert persistence.evidence == "evidence/gpu01/nvml_probe.out"
+
+
+def test_modules_planted_in_the_login_folder_never_run_and_change_no_verdict(ssh_cluster_factory, tmp_path):
+    """The SSH session starts in the login user's home; a ``base64.py``/``json.py`` planted there (or in any folder
+    the batch might start in) ran in the probe's ``python3 -c`` before it was isolated, and could print healthy GPU
+    facts. Planted on one node of two: no marker appears, and both nodes get the same verdicts."""
+    cluster = ssh_cluster_factory([scenario("gpu01", "row_remap_pending"), scenario("gpu02", "row_remap_pending")])
+    planted = cluster.node("gpu01").home
+    marker = planted / "PWNED"
+    for name in ("base64", "json", "zlib", "types"):
+        (planted / f"{name}.py").write_text(f"open({str(marker)!r}, 'a').write('{name}\\n')\n")
+        (planted / f"{name}.py").chmod(0o644)
+    nodes = by_name(validate(cluster, tmp_path))
+    assert not marker.exists(), marker.read_text()
+    assert nodes["gpu01"].facts.get("gpu_facts_source") == "nvml_probe", nodes["gpu01"].findings  # the probe ran
+    verdicts = {name: sorted((f.check, f.verdict.value, f.gpu) for f in node.findings) for name, node in nodes.items()}
+    assert verdicts["gpu01"] == verdicts["gpu02"] and nodes["gpu01"].verdict is Verdict.FAIL

@@ -17,7 +17,7 @@ from nvdeploy.transport.base import CommandSpec
 from nvdeploy.transport.local import LocalTransport
 
 SCRIPT = Path(batch.__file__).with_name("batch.sh")
-SETTINGS = ("d", "nvd_grace_ticks", "nvd_period", "nvd_endm", "nvd_run", "nvd_lock_bases")
+SETTINGS = ("d", "nvd_grace_ticks", "nvd_period", "nvd_endm", "nvd_run", "nvd_lock_bases", "nvd_root_lock")
 
 
 def _shellcheck() -> str:
@@ -31,8 +31,8 @@ def _shellcheck() -> str:
 
 def test_the_script_has_its_three_parts_in_order_and_documents_every_setting() -> None:
     text = SCRIPT.read_text(encoding="utf-8")
-    assert [m.group(1) for m in re.finditer(r"^# @part (\w+)$", text, re.M)] == ["session", "prelude", "lock",
-                                                                                "watcher"]
+    assert [m.group(1) for m in re.finditer(r"^# @part (\w+)$", text, re.M)] == ["isolate", "session", "prelude",
+                                                                                "lock", "watcher"]
     header = text.split("# @part ", 1)[0]
     for name in SETTINGS:
         assert re.search(rf"^#\s+{name}\s", header, re.M), name
@@ -59,9 +59,9 @@ def test_every_assembled_script_sets_what_batch_sh_reads_and_parses_as_sh(option
     assert ("@part" not in script) and (("flock" in shell) == options.get("lock", True))
     words = shlex.split(runner)
     assert words[:5] == ["$nvd_x", "-I", "-S", "-c", batch.RUNNER_CODE] and words[-1] == "$@"
-    assert words[5:13] == ["$nvd_ours", "$PPID", "30", settings.split("nvd_period=")[1].split()[0],
+    assert words[5:14] == ["$nvd_ours", "$PPID", "30", settings.split("nvd_period=")[1].split()[0],
                            "run 1; rm -rf /", "1" if options.get("lock", True) else "", "/run/lock /var/lock",
-                           "1" if options.get("sudo_password") else ""]
+                           "/run/nvdeploy", "1" if options.get("sudo_password") else ""]
     dash = shutil.which("dash") or shutil.which("sh")
     assert dash is not None
     checked = subprocess.run([dash, "-n"], input=script, capture_output=True, text=True, timeout=30)
@@ -124,7 +124,7 @@ def test_the_largest_light_batch_fits_in_one_argument_with_the_python_batch() ->
         assert " -I -S -c " in script, name
         assert len(script.encode()) <= batch.MAX_SCRIPT_BYTES < 128 * 1024
         probe = next(spec for spec in specs if spec.name == "nvml_probe")
-        assert script.count(probe.argv[-1][:200]) == 1
+        assert script.count(probe.argv[5][:200]) == 1  # its payload
 
 
 def test_a_batch_too_large_for_the_python_batch_is_sent_with_the_shell_batch_alone(monkeypatch) -> None:

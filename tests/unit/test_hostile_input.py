@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from nvdeploy.cli.app import cli
 from nvdeploy.collect.catalog import COLLECTORS, light_specs, specs_for
+from nvdeploy.collect.probe.ship import SYSTEM_PYTHONS, launched_python
 from nvdeploy.config.inventory import VAR_SCHEMA, load_inventory
 from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.config.yamlfile import MAX_FILE_BYTES, ConfigError, load_yaml_text
@@ -228,6 +229,12 @@ def test_every_collector_template_with_hostile_host_vars(shell_lab, value):
     # storage.throughput is planned only for a storage_paths mapping, which a text payload is not; the burn-in's
     # sampler and load only by a run with --burn-in (collect/burnin_commands.py burnin_specs).
     assert {s.name for s in specs} >= set(names) - {"storage_throughput", "burnin_sampler", "burnin_load"}
+    # The probe runs from a fixed path (/bin/sh, then the node's Python by its absolute path): not echoed, but its
+    # interpreter is the one word the host var gave, or the system Python's.
+    probe = next(s for s in specs if s.name == "nvml_probe")
+    specs = [s for s in specs if s is not probe]
+    assert probe.argv[0] == "/bin/sh" and launched_python(probe.argv) == (
+        (host_vars["probe_python"],) if "probe_python" in host_vars else SYSTEM_PYTHONS)
     for spec in specs:  # every tool a template names is the argv-echo program
         tool = spec.argv[0]
         target = Path(tool) if "/" in tool else shell_lab / "bin" / tool

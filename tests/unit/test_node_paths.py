@@ -1,7 +1,8 @@
 """The node-side folders nvdeploy writes in are checked before use (nvdeploy/transport/node_paths.py): the run
 lock's folder (and where it goes by default), the temp folder's parent, the holder files, the MPS pipe folder, and
 the stack ``find``s never reading through a link. Real folders, real ``sh``/``bash``, the local transport; the
-same rows over real sshd as an unprivileged user are in tests/e2e/test_node_paths_ssh.py.
+same rows over real sshd as an unprivileged user are in tests/e2e/test_lifecycle_ssh.py; what a local user can plant
+(modules, links, FIFOs, lock folders) is in test_node_isolation.py.
 
 Run as root (folders are chowned to another uid); without root the other-owner rows are skipped.
 """
@@ -108,19 +109,6 @@ def test_safe_folder_check_refuses_another_users_folder_naming_owner_and_mode(sh
 SYSTEM_PYTHONS = batch.SYSTEM_PYTHONS
 
 
-@pytest.fixture(params=["python", "shell"])
-def node(request, tmp_path, monkeypatch):
-    """A local node: its own temp folder, lock folder path, and a witness file that proves a command ran. Each test
-    runs with the Python batch and again with the shell batch (a node without a system Python)."""
-    if request.param == "shell":
-        monkeypatch.setattr(batch, "SYSTEM_PYTHONS", ("/nonexistent/python3",))
-    (tmp_path / "tmp").mkdir()
-    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
-    monkeypatch.setenv("NVDEPLOY_LOCK_DIR", str(tmp_path / "lock"))
-    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
-    return tmp_path
-
-
 def _witnessed(folder: Path) -> list[CommandSpec]:
     return [CommandSpec("w", ("touch", str(folder / "ran")), 10), CommandSpec("e", ("echo", "hi"), 10)]
 
@@ -136,6 +124,8 @@ def test_lock_folder_of_another_user_is_refused_error_lock_and_nothing_runs(node
     detail = results[0].error_detail
     assert f"run lock folder: {lock} is owned by another user" in detail, detail
     assert f"uid {other_uid()}" in detail and "mode drwxrwxrwt" in detail, detail
+    # who made it, that nvdeploy did not, and how to clear it
+    assert "not by nvdeploy" in detail and f"rm -rf -- {lock}" in detail, detail
     assert not (node / "ran").exists()  # nothing ran
     assert list(lock.iterdir()) == []  # no holder info written into their folder
     assert list((node / "tmp").iterdir()) == []
@@ -223,35 +213,85 @@ def test_lock_folder_is_made_private_and_holds_a_fresh_holder_file_while_running
     assert not worker.is_alive()
 
 
-def _run_default(node: Path, monkeypatch, bases: tuple[str, ...]) -> list[CommandResult]:
+def _run_default(node: Path, monkeypatch, bases: tuple[str, ...], root_lock: str = "") -> list[CommandResult]:
     monkeypatch.delenv("NVDEPLOY_LOCK_DIR")
     monkeypatch.setattr(batch, "LOCK_BASES", bases)
+    monkeypatch.setattr(batch, "ROOT_LOCK_DIR", root_lock or str(node / "missing-run" / "nvdeploy"))
     return LocalTransport().run_batch([CommandSpec("l", ("sh", "-c", "ls -d /proc/$PPID/fd/9 >/dev/null && "
                                                           "readlink /proc/$PPID/fd/9"), 10)])
 
 
+@pytest.fixture
+def system_lock(node):
+    """A system lock folder as Debian's /run/lock (root's, 1777) and root's /run (0755) beside it."""
+    system = node / "run-lock"
+    system.mkdir()
+    system.chmod(0o1777)
+    run = node / "run"
+    run.mkdir(mode=0o755)
+    run.chmod(0o755)
+    return system, run / "nvdeploy"
+
+
 @needs_root
-def test_default_lock_goes_to_the_system_lock_folder_for_root(node, monkeypatch):
+def test_default_lock_for_root_goes_where_only_root_can_make_it(node, monkeypatch, system_lock):
+    system, root_lock = system_lock
+    (result,) = _run_default(node, monkeypatch, (str(node / "missing"), str(system)), str(root_lock))
+    assert result.error is None, result
+    assert result.stdout.decode().strip() == str(root_lock)  # the folder the batch held open for flock
+    assert root_lock.stat().st_mode & 0o7777 == 0o700  # root's own: nobody else can flock it
+    assert not (system / "nvdeploy").exists()  # nothing made in the folder everyone may write
+
+
+@needs_root
+def test_default_lock_for_root_without_its_own_folder_goes_to_the_system_lock_folder(node, monkeypatch):
+    """A node without /run (root's lock folder cannot be made): the system lock folder, as before."""
     system = node / "run-lock"
     system.mkdir()
     system.chmod(0o1777)
     (result,) = _run_default(node, monkeypatch, (str(node / "missing"), str(system)))
     assert result.error is None, result
-    assert result.stdout.decode().strip() == str(system / "nvdeploy")  # the folder the batch held open for flock
-    assert (system / "nvdeploy").stat().st_mode & 0o7777 == 0o700  # root's own: nobody else can flock it
+    assert result.stdout.decode().strip() == str(system / "nvdeploy")
+    assert (system / "nvdeploy").stat().st_mode & 0o7777 == 0o700
 
 
 @needs_root
-def test_default_lock_folder_pre_created_by_another_user_is_refused(node, monkeypatch):
-    system = node / "run-lock"
-    system.mkdir()
-    system.chmod(0o1777)
-    (system / "nvdeploy").mkdir(mode=0o777)
-    (system / "nvdeploy").chmod(0o777)
-    os.chown(system / "nvdeploy", other_uid(), -1)
-    (result,) = _run_default(node, monkeypatch, (str(system),))
-    assert result.error is ErrorReason.LOCK, result
-    assert f"{system}/nvdeploy is owned by another user" in result.error_detail
+def test_default_lock_for_root_keeps_a_folder_an_admin_made_for_a_group(node, monkeypatch, system_lock):
+    system, root_lock = system_lock
+    shared = system / "nvdeploy"
+    shared.mkdir()
+    shared.chmod(0o1770)  # root:<group> 1770, as docs/operations.md offers: root and the group share one lock
+    (result,) = _run_default(node, monkeypatch, (str(system),), str(root_lock))
+    assert result.error is None, result
+    assert result.stdout.decode().strip() == str(shared)
+    assert not root_lock.exists()
+
+
+@needs_root
+@pytest.mark.parametrize("planted", ["folder", "link", "file"])
+def test_a_lock_folder_another_user_made_does_not_stop_a_root_run(node, monkeypatch, system_lock, planted):
+    """Anyone may make /run/lock/nvdeploy before root's first run after boot: root's run goes on, with its own lock
+    where only root can make it, and leaves the planted thing as it was."""
+    system, root_lock = system_lock
+    mine = system / "nvdeploy"
+    target = node / "elsewhere"
+    target.mkdir(mode=0o777)
+    if planted == "folder":
+        mine.mkdir(mode=0o777)
+        mine.chmod(0o777)
+        os.chown(mine, other_uid(), -1)
+    elif planted == "link":
+        mine.symlink_to(target)
+        os.lchown(mine, other_uid(), -1)
+    else:
+        mine.write_text("x\n")
+        os.chown(mine, other_uid(), -1)
+    (result,) = _run_default(node, monkeypatch, (str(system),), str(root_lock))
+    assert result.error is None, result
+    assert result.stdout.decode().strip() == str(root_lock)
+    assert os.lstat(mine).st_uid == other_uid() and list(target.iterdir()) == []
+    if planted == "folder":
+        assert list(mine.iterdir()) == []  # no holder info written into their folder
 
 
 @needs_root

@@ -64,11 +64,12 @@ def test_srun_command_lines() -> None:
     argv = srun_argv(["gpu1", "gpu2"], opts, 95, "nvdeploy-r1-1", 8)
     assert argv == ["srun", "--nodes=2", "--nodelist=gpu1,gpu2", "--ntasks-per-node=1", "--input=all", "--label",
                     "--job-name=nvdeploy-r1-1", "--time=1:35", "--immediate=30", "--kill-on-bad-exit=0",
-                    "--reservation=nvdeploy-r1", "--partition=h100", "--account=ops", "--qos=maint", "--exclusive",
-                    "--gres=gpu:8", "/bin/sh"]
+                    "--chdir=/", "--reservation=nvdeploy-r1", "--partition=h100", "--account=ops", "--qos=maint",
+                    "--exclusive", "--gres=gpu:8", "/bin/sh"]
     nccl = nccl_srun_argv(["gpu1", "gpu2"], 8, SrunOptions(), ["all_reduce_perf", "-b", "8G", "-g", "1"], 600, "j")
     assert nccl[:6] == ["srun", "--mpi=pmix", "--nodes=2", "--nodelist=gpu1,gpu2", "--ntasks-per-node=8",
                         "--gpus-per-node=8"] and nccl[-5:] == ["all_reduce_perf", "-b", "8G", "-g", "1"]
+    assert "--chdir=/" in nccl  # never the caller's folder, which may be one others can write
 
 
 def test_wrapper_output_split_per_node_back_into_the_batch_frames() -> None:

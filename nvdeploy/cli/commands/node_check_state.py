@@ -56,22 +56,15 @@ def unsafe_reason(path: str) -> Optional[str]:
 
 def state_dir(env: Optional[dict[str, str]] = None) -> tuple[Optional[Path], str]:
     """The folder for the state, made mode 700 where nvdeploy makes it; (None, why) when there is none safe."""
-    from nvdeploy.transport.batch import LOCK_BASES
+    from nvdeploy.transport.batch import LOCK_BASES, ROOT_LOCK_DIR
+    from nvdeploy.transport.batch_runner import lock_folder
 
     env = dict(os.environ) if env is None else env
-    chosen = (env.get("NVDEPLOY_LOCK_DIR") or "").rstrip("/")
-    if not chosen:
-        for base in LOCK_BASES:
-            if os.path.isdir(base) and not os.path.islink(base):
-                mine = os.path.join(base, "nvdeploy")
-                if os.path.lexists(mine):
-                    if unsafe_reason(mine) is None and os.access(mine, os.W_OK | os.X_OK):
-                        chosen = mine
-                elif os.stat(base).st_uid == os.geteuid():
-                    chosen = mine
-                break
-    if not chosen and env.get("XDG_RUNTIME_DIR"):
-        chosen = env["XDG_RUNTIME_DIR"].rstrip("/") + "/nvdeploy"
+    # The run lock's own folder, by the batch's rule (root never uses one another user made).
+    chosen, refused = lock_folder(LOCK_BASES, ROOT_LOCK_DIR, os.geteuid(), env)
+    if refused is not None:
+        return None, refused
+    chosen = chosen.rstrip("/")
     if not chosen:
         return None, "no lock folder (/run/lock/nvdeploy, $XDG_RUNTIME_DIR) for the state"
     if not os.path.lexists(chosen):

@@ -89,6 +89,8 @@ class ClusterVerdict(str, enum.Enum):
     READY = "READY"
     NOT_READY = "NOT_READY"
     INCOMPLETE = "INCOMPLETE"
+    # A dry-run: it planned and changed nothing, so it says nothing about readiness (RunResult.plan).
+    PLAN = "PLAN"
 
 
 class ExitCode(enum.IntEnum):
@@ -160,9 +162,46 @@ class CommandResult:
         return self.stderr.decode("utf-8", errors="replace")
 
 
+# The word every writer shows for a waived finding in place of its verdict (a waived finding's verdict is SKIP).
+WAIVED = "WAIVED"
+
+
+@dataclass(frozen=True)
+class Waived:
+    """A finding a waiver accepted (config/waivers.py): the verdict it had, who accepted it, why, and the last day
+    (UTC, ISO date) it holds; ``where`` is the waiver's file:line. Decided once, when the run's record is made
+    (runner/folders.py finish_run): the finding is then SKIP, and every writer shows it from this, never from text."""
+
+    verdict: Verdict
+    owner: str
+    reason: str
+    until: str
+    where: str = ""
+
+    @property
+    def note(self) -> str:
+        """``WAIVED FAIL until 2027-01-15 (owner jdoe: RMA 4711 open; waivers.yaml:2)``: results.json's summary of a
+        waived finding has started so since waivers exist, and older readers know one by it."""
+        where = f"; {self.where}" if self.where else ""
+        return f"{WAIVED} {self.verdict.value} until {self.until} (owner {self.owner}: {self.reason}{where})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict.value, "owner": self.owner, "reason": self.reason, "until": self.until,
+                "where": self.where}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Waived:
+        return cls(Verdict(data["verdict"]), str(data.get("owner", "")), str(data.get("reason", "")),
+                   str(data.get("until", "")), str(data.get("where", "")))
+
+
 @dataclass(frozen=True)
 class Finding:
-    """One check's verdict on one node (or on the cluster when ``node`` is empty)."""
+    """One check's verdict on one node (or on the cluster when ``node`` is empty).
+
+    ``code``: the numbered event the finding is about where there is one (the Xid of a kmsg.xid finding), so a
+    waiver can name it. ``waiver``: set when a waiver accepted the finding; ``verdict`` is then SKIP and
+    ``summary`` the check's own words (:attr:`display_summary` prefixes the waiver's note)."""
 
     check: str
     verdict: Verdict
@@ -176,14 +215,22 @@ class Finding:
     remediation: Remediation = Remediation.NONE
     evidence: Optional[str] = None
     profile: str = ""
+    code: Optional[int] = None
+    waiver: Optional[Waived] = None
+
+    @property
+    def display_summary(self) -> str:
+        """The summary as a reader is shown it: after the waiver's note when waived."""
+        return f"{self.waiver.note}: {self.summary}" if self.waiver is not None else self.summary
 
     def to_dict(self) -> dict[str, Any]:
         # Explicit, not dataclasses.asdict: asdict deep-copies every field through its generic recursion, the
         # largest serialisation cost of a fleet run (every finding is written to the journal and results.json).
-        return {
+        data: dict[str, Any] = {
             "check": self.check,
             "verdict": self.verdict.value,
-            "summary": self.summary,
+            # With the waiver's note in front, as results.json had it before "waiver" existed.
+            "summary": self.display_summary,
             "node": self.node,
             "observed": plain(self.observed),
             "expected": plain(self.expected),
@@ -194,13 +241,24 @@ class Finding:
             "evidence": self.evidence,
             "profile": self.profile,
         }
+        # Only where set: two keys more on every finding would grow a fleet's results.json for nothing.
+        if self.code is not None:
+            data["code"] = self.code
+        if self.waiver is not None:
+            data["waiver"] = self.waiver.to_dict()
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Finding:
+        waiver = Waived.from_dict(data["waiver"]) if isinstance(data.get("waiver"), Mapping) else None
+        summary = str(data.get("summary", ""))
+        if waiver is not None and summary.startswith(waiver.note + ": "):
+            summary = summary[len(waiver.note) + 2:]
+        code = data.get("code")
         return cls(
             check=str(data["check"]),
             verdict=Verdict(data["verdict"]),
-            summary=str(data.get("summary", "")),
+            summary=summary,
             node=str(data.get("node", "")),
             observed=data.get("observed"),
             expected=data.get("expected"),
@@ -210,6 +268,8 @@ class Finding:
             remediation=Remediation(data.get("remediation", "NONE")),
             evidence=data.get("evidence"),
             profile=str(data.get("profile", "")),
+            code=code if isinstance(code, int) and not isinstance(code, bool) else None,
+            waiver=waiver,
         )
 
 
@@ -321,20 +381,26 @@ class NodeBrief(NamedTuple):
     kept: tuple[Finding, ...] = ()
     # The run was interrupted before this node finished (NodeResult.interrupted).
     interrupted: bool = False
+    # The checks a waiver accepted a finding of (Finding.waiver), in order: the reports read those nodes back.
+    waived: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, node: NodeResult, fact_keys: Iterable[str] = BRIEF_FACTS, keep: Iterable[str] = ()) -> NodeBrief:
         worst: dict[str, Verdict] = {}
         interrupted = False
+        waived: dict[str, None] = {}
         for finding in node.findings:
             interrupted = interrupted or finding.reason is ErrorReason.INTERRUPTED
+            if finding.waiver is not None:
+                waived[finding.check] = None
             current = worst.get(finding.check)
             if current is None or finding.verdict.severity > current.severity:
                 worst[finding.check] = finding.verdict
         wanted = set(keep)
         return cls(node.name, Verdict.worst(worst.values()), node.profile, node.duration_s, node.address,
                    tuple(worst.items()), {k: node.facts[k] for k in fact_keys if k in node.facts},
-                   tuple(f for f in node.findings if f.check in wanted) if wanted else (), interrupted)
+                   tuple(f for f in node.findings if f.check in wanted) if wanted else (), interrupted,
+                   tuple(waived))
 
 
 def node_briefs(nodes: Sequence[NodeResult]) -> Sequence[NodeBrief]:
@@ -360,8 +426,25 @@ def version_facts(node: NodeResult) -> dict[str, str]:
         if value is None or value == "" or isinstance(value, bool):
             continue
         component = name[: -len("_version")] if lowered.endswith("_version") else name
+        if lowered == "firmware" and isinstance(value, Mapping):
+            # {component: {unit: version}} (firmware.minimum): one entry per component, so that a diff names the
+            # component that changed and how, not the whole inventory.
+            out.update({f"{name}.{part}": _units(units) for part, units in value.items()})
+            continue
         out[component] = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
     return out
+
+
+def _units(units: Any) -> str:
+    """'96.00.74.00.1C' when every unit runs it, else each version after its units ('GPU 5: 96.00.61.00.01; ...')."""
+    if not isinstance(units, Mapping):
+        return str(units)
+    by_version: dict[str, list[str]] = {}
+    for unit, version in units.items():
+        by_version.setdefault(str(version), []).append(str(unit))
+    if len(by_version) == 1:
+        return next(iter(by_version))
+    return "; ".join(f"{', '.join(names)}: {version}" for version, names in sorted(by_version.items()))
 
 
 def node_verdicts(nodes: Sequence[NodeResult]) -> list[Verdict]:
@@ -390,6 +473,8 @@ def exit_code_for(verdict: ClusterVerdict, interrupted: bool = False, signal_exi
         ClusterVerdict.READY: ExitCode.READY,
         ClusterVerdict.NOT_READY: ExitCode.NOT_READY,
         ClusterVerdict.INCOMPLETE: ExitCode.INCOMPLETE,
+        # Callers pass RunResult.outcome, which a plan has too; a plan without one exits as it could be made.
+        ClusterVerdict.PLAN: ExitCode.READY,
     }[verdict]
 
 
@@ -417,9 +502,18 @@ class RunResult:
     # install / optimize / run: one entry per phase (steps, changes before -> after, re-validation), as plain data
     # (nvdeploy/phases/rollout.py PhaseResult.to_dict). Empty for a plain validate run.
     phases: tuple[Mapping[str, Any], ...] = ()
+    # A dry-run (install, optimize, run --dry-run): a plan, never a readiness verdict. Decided here, once: every
+    # writer shows ``verdict`` (PLAN) and ``summary``, and none says READY or NOT_READY for it.
+    plan: bool = False
 
     @property
     def verdict(self) -> ClusterVerdict:
+        return ClusterVerdict.PLAN if self.plan else self.outcome
+
+    @property
+    def outcome(self) -> ClusterVerdict:
+        """What the nodes' verdicts add up to: the verdict of a run that is not a plan, and a plan's exit status
+        (a plan that could not be made for a node, FAIL or ERROR, exits non-zero)."""
         verdicts = node_verdicts(self.nodes) + [f.verdict for f in self.cluster_findings]
         verdict = cluster_verdict(verdicts, self.fail_on_warn)
         if self.interrupted and verdict is ClusterVerdict.READY:
@@ -436,6 +530,8 @@ class RunResult:
         """One sentence: the verdict and why."""
         counts = self.counts()
         total = len(self.nodes)
+        if self.plan:
+            return self._plan_summary(total, counts)
         parts = [f"{counts[v]} {v}" for v in ("FAIL", "ERROR", "WARN", "PASS", "SKIP") if counts[v]]
         head = {
             ClusterVerdict.READY: f"All {total} nodes passed",
@@ -448,6 +544,19 @@ class RunResult:
         if self.interrupted:
             head = "Run interrupted; " + head[0].lower() + head[1:]
         return f"{head} ({', '.join(parts) or 'no nodes'})."
+
+    def _plan_summary(self, total: int, counts: Mapping[str, int]) -> str:
+        would = sum(int((p.get("counts") or {}).get("would_change", 0)) for p in self.phases)
+        changing = len({n.get("name") for p in self.phases for n in p.get("nodes") or ()
+                        if any(s.get("status") == "would_change" for s in n.get("steps") or ())})
+        head = f"A plan, not a readiness verdict: nothing was changed on the {total} node(s)"
+        if self.interrupted:
+            head = "Dry-run interrupted; " + head[0].lower() + head[1:]
+        text = f"{head}; {would} step(s) would change {changing} node(s)"
+        unplanned = counts["FAIL"] + counts["ERROR"]
+        if unplanned:
+            text += f"; {unplanned} node(s) could not be planned ({counts['FAIL']} FAIL, {counts['ERROR']} ERROR)"
+        return text + "."
 
     def to_dict(self, nodes: bool = True) -> dict[str, Any]:
         """The run as plain data; ``nodes=False`` leaves ``nodes`` empty (a streaming writer adds them one by one)."""
@@ -464,6 +573,8 @@ class RunResult:
             "phase": self.phase,
             "level": self.level,
             "verdict": self.verdict.value,
+            # "plan" for a dry-run (verdict PLAN), "verdict" for every other run
+            "kind": "plan" if self.plan else "verdict",
             "summary": self.summary(),
             "counts": self.counts(),
             "interrupted": self.interrupted,
@@ -498,4 +609,5 @@ class RunResult:
             inventory=str(data.get("inventory", "")),
             user=str(data.get("user", "")),
             phases=tuple(dict(p) for p in data.get("phases", []) if isinstance(p, dict)),
+            plan=data.get("kind") == "plan",
         )

@@ -193,6 +193,12 @@ class ActionContext:
         # Reads are answered from here until a command changes the node (or the node reconnects after a reboot).
         self._cache: dict[tuple[bool, tuple[str, ...]], CommandResult] = {}
 
+    def planning(self) -> ActionContext:
+        """A dry-run twin on the same connection, with facts of its own: the plan a real run checks first."""
+        return ActionContext(self.host, self.profile, self.transport, dry_run=True, become=self.become,
+                             allow_reboot=self.allow_reboot, facts={}, reconnect=self._reconnect,
+                             remaining=self.remaining, stopping=self.stopping, sleep=self.sleep)
+
     # -- commands ------------------------------------------------------------------------------------------
 
     def _spec(self, name: str, argv: Sequence[str], sudo: bool, timeout_s: float) -> CommandSpec:
@@ -320,6 +326,11 @@ class Action:
     def verify(self, ctx: ActionContext, p: Mapping[str, Any], before: Probe) -> Probe:
         return self.probe(ctx, p)
 
+    def planned(self, ctx: ActionContext, p: Mapping[str, Any], probe: Probe) -> None:
+        """Dry-run: what the planned change will do that later steps must see, in ``ctx.facts`` (as Ansible's check
+        mode carries a task's result to the next): a driver that only a reboot loads, the driver a reboot then
+        loads. The real run learns the same facts from the node after ``apply``."""
+
 
 ACTIONS: dict[str, Action] = {}
 
@@ -365,6 +376,10 @@ def run_action(action: Action, ctx: ActionContext, step_id: str, name: str, para
         before = action.probe(ctx, params)
         if before.skip:
             return result(StepStatus.SKIPPED, before.skip)
+        if before.failure and before.reason is ErrorReason.REBOOT_REQUIRED:
+            # The plan itself needs a reboot nvdeploy may not do: the real run stops here, and so does the plan.
+            return result(StepStatus.FAILED, ("dry-run: the run would stop here: " if ctx.dry_run else "")
+                          + before.failure, reason=before.reason)
         if before.failure and pending:
             return result(StepStatus.WOULD_CHANGE, f"dry-run: planned only once the changes above are applied "
                           f"(now: {before.failure})")
@@ -375,6 +390,7 @@ def run_action(action: Action, ctx: ActionContext, step_id: str, name: str, para
         if ctx.dry_run:
             for cmd in action.plan(ctx, params, before):
                 ctx.would_run(cmd)
+            action.planned(ctx, params, before)
             ctx.facts["dry_run_pending"] = True
             changes = _changes(before, None)
             checks = [f"{k} is {before.current.get(k, 'absent')} now, {shown(before.desired[k])} expected"

@@ -1,7 +1,8 @@
-"""IMEX on the trays of a multi-node NVLink domain (GB200/GB300 NVL72): the ``nvidia-imex-<branch>`` package at the
-driver's own version, and the domain's node list ``/etc/nvidia-imex/nodes_config.cfg`` written from the inventory
-(NVIDIA IMEX guide, "Getting Started with IMEX": one address per line, the same file on every tray of the domain;
-the daemon reads it only when it starts). The service itself is the service.running action.
+"""IMEX on the trays of a multi-node NVLink domain (GB200/GB300 NVL72): the IMEX package at the driver's own
+version (``imex_package``: ``nvidia-imex`` from R580, ``nvidia-imex-<branch>`` before), and the domain's node list
+``/etc/nvidia-imex/nodes_config.cfg`` written from the inventory (NVIDIA IMEX guide, "Getting Started with IMEX":
+one address per line, the same file on every tray of the domain; the daemon reads it only when it starts). The
+service itself is the service.running action.
 """
 
 from __future__ import annotations
@@ -22,16 +23,28 @@ from nvdeploy.actions.packages import VERSION, install_cmd, run_install, version
 from nvdeploy.actions.system import installed_versions, write_file_cmd
 
 NODES_CONFIG = "/etc/nvidia-imex/nodes_config.cfg"  # nvdeploy/collect/stack_commands.py IMEX_NODES_CONFIG
+# From R580 NVIDIA's CUDA repositories ship IMEX as one package, ``nvidia-imex``, versioned by the driver release; the
+# branch name (``nvidia-imex-580``) is at most a name it provides, which apt will not install at a version and dpkg
+# does not report as installed. NVIDIA's own driver containers install ``nvidia-imex`` from R580 and
+# ``nvidia-imex-<branch>`` for R550-R570, on apt and dnf alike (NVIDIA/gpu-driver-container commit 06a208c,
+# ubuntu22.04/precompiled/nvidia-driver imex_install, rhel9/precompiled/Dockerfile).
+SINGLE_PACKAGE_FROM = 580
+
+
+def imex_package(branch: str) -> str:
+    """The IMEX package's real name for a driver branch (both package families)."""
+    return "nvidia-imex" if branch.isdigit() and int(branch) >= SINGLE_PACKAGE_FROM else f"nvidia-imex-{branch}"
 # An IP address (v4 or v6) or a host name: the values are written into a file the daemon parses line by line.
 ADDRESS = r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}"
 
 
 @register
 class ImexInstall(Action):
-    """``nvidia-imex-<branch>`` installed at exactly the driver's version (the daemon refuses to start beside a
-    driver of another version): ``version`` (the inventory's ``driver_version``) when given, else the version of
-    the installed ``nvidia-driver`` package of the branch; apt ``nvidia-imex-580=580.95.05-*``, dnf
-    ``nvidia-imex-580-580.95.05``. Without either (no driver yet): the newest of the branch."""
+    """The IMEX package installed at exactly the driver's version (the daemon refuses to start beside a driver of
+    another version), probed and installed by its real name (``imex_package``): ``version`` (the inventory's
+    ``driver_version``) when given, else the version of the installed ``nvidia-driver`` package of the branch; apt
+    ``nvidia-imex=580.95.05-*`` (R570: ``nvidia-imex-570=570.124.06-*``), dnf ``nvidia-imex-580.95.05`` (R570:
+    ``nvidia-imex-570-570.124.06``). Without either (no driver yet): the newest of the branch."""
 
     name = "imex.install"
     params = (Param("branch", required=True, pattern=BRANCH, doc="driver branch, e.g. 580"),
@@ -43,7 +56,7 @@ class ImexInstall(Action):
         problem = version_problem(branch, exact)
         if problem:
             return Probe(failure=problem)
-        package = f"nvidia-imex-{branch}"
+        package = imex_package(branch)
         found = installed_versions(ctx, [package, *_driver_names(ctx, branch)])
         drivers = [v.split(":", 1)[-1].split("-", 1)[0] for n, v in found.items() if n != package and v]
         version = exact or (drivers[0] if drivers and drivers[0].startswith(branch + ".") else "")
@@ -54,7 +67,10 @@ class ImexInstall(Action):
 
     def plan(self, ctx: ActionContext, p: Mapping[str, Any], probe: Probe) -> list[Cmd]:
         package, version = probe.facts["package"], probe.facts["version"]
-        spec = versioned(ctx.os_family(), package, version) if version else package
+        # Unpinned, the plain R580+ package carries every branch: hold it to the branch.
+        branch = str(p["branch"])
+        spec = versioned(ctx.os_family(), package, version) if version else (
+            package if package.endswith(f"-{branch}") else versioned(ctx.os_family(), package, f"{branch}.*"))
         return [install_cmd(ctx, [spec], float(p["timeout_s"]), downgrade=bool(version))]
 
     def apply(self, ctx: ActionContext, p: Mapping[str, Any], probe: Probe) -> None:

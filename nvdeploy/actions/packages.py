@@ -351,6 +351,20 @@ class DriverInstall(Action):
             cmds.append(Cmd("load_module", ("modprobe", "nvidia"), allow_fail=True, timeout_s=120))
         return cmds
 
+    def planned(self, ctx: ActionContext, p: Mapping[str, Any], probe: Probe) -> None:
+        names = probe.facts["names"]
+        if not any(k == f"package {names[n]}" for k in probe.differing() for n in ("driver", "kmod") if n in names):
+            return
+        target = p["version"] or f"{p['branch']}.x (the newest of the branch)"
+        ctx.facts["planned_driver"] = {"branch": p["branch"], "version": p["version"], "text": target}
+        loaded = probe.current.get("loaded driver", "")
+        if loaded and loaded[0].isdigit() and "pending" not in loaded:
+            # A module of another driver is loaded: the install leaves the new one for the next boot (the real run
+            # sees nvidia-smi's driver/library mismatch after it, and the node.reboot step does the rest).
+            ctx.facts.setdefault("reboot_required", f"driver {target} would be installed while {loaded} is loaded")
+        else:
+            ctx.facts["planned_loaded"] = target  # modprobe loads it: nothing else holds the GPUs
+
     def apply(self, ctx: ActionContext, p: Mapping[str, Any], probe: Probe) -> None:
         names = probe.facts["names"]
         for cmd in self.plan(ctx, p, probe):
@@ -423,6 +437,10 @@ class DriverHold(Action):
         packages = package_names(names)
         versions = installed_versions(ctx, packages)
         driver = versions[names["driver"]]
+        planned = ctx.facts.get("planned_driver") if ctx.dry_run else None
+        if not driver and planned and planned["branch"] == p["branch"]:
+            # A dry-run whose driver.install step would install it: the hold it would then write.
+            driver = f"{planned['version'] or planned['text']}-1"
         if not driver:
             return Probe(skip=f"{names['driver']} is not installed: nothing to hold")
         upstream = p["version"] or _upstream(driver)
@@ -584,6 +602,8 @@ class ContainerToolkitConfigure(Action):
             desired["containerd runtime nvidia"] = "configured"
         if p["cdi"]:
             state, loaded = smi_driver(ctx, smi)
+            if ctx.dry_run and ctx.facts.get("planned_loaded"):
+                state, loaded = "ok", ctx.facts["planned_loaded"]  # the driver the steps above would load
             if state != "ok" or not loaded:
                 return Probe(failure=f"the driver is not loaded ({state}): no CDI spec can be generated")
             key = f"CDI spec {p['cdi_path']}"

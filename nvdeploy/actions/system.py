@@ -267,6 +267,12 @@ class Reboot(Action):
     def plan(self, ctx: ActionContext, p: Mapping[str, Any], probe: Probe) -> list[Cmd]:
         return [Cmd("reboot", ("reboot",), timeout_s=60)]
 
+    def planned(self, ctx: ActionContext, p: Mapping[str, Any], probe: Probe) -> None:
+        ctx.facts.pop("reboot_required", None)
+        planned = ctx.facts.get("planned_driver")
+        if planned:
+            ctx.facts["planned_loaded"] = planned["text"]  # what the node boots with
+
     def apply(self, ctx: ActionContext, p: Mapping[str, Any], probe: Probe) -> None:
         old = ctx.read("boot_id", ("cat", BOOT_ID)).text.strip()
         result = ctx.execute("reboot", ("reboot",), sudo=True, mutates=True, timeout_s=60)

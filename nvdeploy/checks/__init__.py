@@ -17,6 +17,7 @@ from nvdeploy.checks import (
     driver,
     driver_flavour,
     fabric,
+    firmware,
     fleet,
     gpu,
     gpu_operator,
@@ -43,6 +44,8 @@ CHECK_MODULES = (
     driver, driver_flavour, gpu, kmsg, memory, system,
     # The datacenter catalog: NVLink, PCIe, fabric manager, InfiniBand, clocks/thermals/MIG, versions, DCGM, nccl-tests.
     clocks, dcgm, fabric, ib, nccl, nvlink, pcie, versions,
+    # Firmware (VBIOS, InfoROM, GSP, ConnectX, BIOS) against the profile's minimums; across nodes in the cluster stage.
+    firmware,
     # Copy bandwidth host<->device and between peers (nvbandwidth), against the profile's floors.
     nvbandwidth,
     # Rack-scale NVLink on the node: fabric registration of each GPU (NVL72 trays), the driver's recovery action.

@@ -11,6 +11,7 @@ nvidia-smi prints as ``clocks_event_reasons.active`` / ``clocks_throttle_reasons
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from nvdeploy.checks.gating import raw_gate, section
@@ -37,8 +38,12 @@ DEFAULT_CLOCK_DROP_PCT = 10.0
 # A later iteration's nccl-tests busbw below the first by more than this: above one node's run-to-run
 # repeatability (~1-2%), as fleet.drift's 5%.
 DEFAULT_FIGURE_DROP_PCT = 5.0
-# The share of the samples at each end of the run whose median SM clock is compared.
+# Without step times: the share of the samples at each end of the run whose clock against the peers' is compared.
 WINDOW_FRACTION = 0.1
+# Each test step of an iteration in tenths: a sample is compared with the same tenth of the same step.
+PHASE_BINS = 10
+# A warn reason (SW power cap) counts only with the GPU's clock this much below its peers' at the same instants.
+POWER_CAP_DEFICIT_PCT = 3.0
 # The samples must span the duration but for the sampler's start and stop (a few intervals) and 5% of slack.
 COVERAGE_FRACTION = 0.95
 MIN_SAMPLES = 3
@@ -61,8 +66,79 @@ def _policy(ctx: NodeContext) -> tuple[set[str], set[str], float]:
     return fail, warn, float(policy.get("clock_drop_pct") or DEFAULT_CLOCK_DROP_PCT)
 
 
+@dataclass(frozen=True)
+class Phases:
+    """Where each sample falls in the load (from the load's step start times against the sampler's clock): by
+    (test, tenth of the step) and iteration, so that a sample is compared with the same part of the same DCGM
+    plugin in another iteration; ``complete``: the iterations that ran to their end inside the samples."""
+
+    spans: tuple[tuple[float, float, str, int], ...] = ()  # (start t, end t, test, iteration)
+    complete: tuple[int, ...] = ()
+
+    def at(self, t: float) -> Optional[tuple[str, int, int]]:
+        """(test, tenth, iteration) of the step running ``t`` seconds into the samples, None outside every step."""
+        for begin, end, test, n in self.spans:
+            if begin <= t < end:
+                return test, min(PHASE_BINS - 1, int((t - begin) / (end - begin) * PHASE_BINS)), n
+        return None
+
+
+def phases_of(sampler: Any, load: Any) -> Phases:
+    """The load's steps on the sampler's time line; empty when either has no times (an older load script)."""
+    start = getattr(sampler, "start", None)
+    steps = [s for s in (getattr(load, "steps", None) or ()) if getattr(s, "started", None) is not None]
+    if start is None or not steps:
+        return Phases()
+    times = [(s.started - start).total_seconds() for s in steps]
+    ended = getattr(load, "ended_at", None)
+    ends = times[1:] + [(ended - start).total_seconds() if ended is not None else None]
+    last_t = max((x.t for x in sampler.samples), default=0.0)
+    spans = tuple((b, e, s.test, s.iteration) for b, e, s in zip(times, ends, steps) if e is not None and e > b)
+    by_iteration: dict[int, list[tuple[float, float]]] = {}
+    for b, e, _, n in spans:
+        by_iteration.setdefault(n, []).append((b, e))
+    complete = tuple(sorted(n for n, parts in by_iteration.items()
+                            if len(parts) == 2 and max(e for _, e in parts) <= last_t + 1))
+    return Phases(spans, complete)
+
+
+def _peer_ratios(series: Sequence[Any], peers: Mapping[float, Mapping[int, float]],
+                 gpu: int) -> list[tuple[Any, float]]:
+    """(sample, its clock / the median clock of the node's other GPUs at the same instant) under load."""
+    out = []
+    for sample in series:
+        others = [c for g, c in peers.get(round(sample.t, 1), {}).items() if g != gpu]
+        if sample.sm_clock_mhz is not None and not sample.idle and others:
+            middle = _median(others)
+            if middle > 0:
+                out.append((sample, sample.sm_clock_mhz / middle))
+    return out
+
+
+def _iteration_drop(loaded: Sequence[Any], phases: Phases) -> Optional[tuple[float, int, int, str]]:
+    """(largest fall %, first iteration, last iteration, the step part) of the SM clock between the first and the
+    last complete iteration, each part of each step against the same part: like with like."""
+    if len(phases.complete) < 2:
+        return None
+    first, last = phases.complete[0], phases.complete[-1]
+    parts: dict[tuple[str, int, int], list[float]] = {}
+    for sample in loaded:
+        where = phases.at(sample.t) if sample.sm_clock_mhz is not None else None
+        if where is not None and where[2] in (first, last):
+            parts.setdefault(where, []).append(sample.sm_clock_mhz)
+    worst: Optional[tuple[float, int, int, str]] = None
+    for (test, tenth, n), clocks in parts.items():
+        later = parts.get((test, tenth, last)) if n == first else None
+        if later and _median(clocks) > 0:
+            drop = (_median(clocks) - _median(later)) / _median(clocks) * 100
+            if worst is None or drop > worst[0]:
+                worst = (drop, first, last, f"{test} {tenth * 10}-{tenth * 10 + 10}%")
+    return worst
+
+
 def _judge_gpu(ctx: NodeContext, gpu: int, series: Sequence[Any], duration: float, interval_s: float,
-               fail: set[str], warn: set[str], drop_limit: float) -> Finding:
+               fail: set[str], warn: set[str], drop_limit: float,
+               peers: Optional[Mapping[float, Mapping[int, float]]] = None, phases: Phases = Phases()) -> Finding:
     def finding(verdict: Verdict, summary: str, **kw: Any) -> Finding:
         return ctx.finding("burnin.stability", verdict, f"GPU{gpu}: {summary}", gpu=gpu, collector=SAMPLER, **kw)
 
@@ -73,55 +149,103 @@ def _judge_gpu(ctx: NodeContext, gpu: int, series: Sequence[Any], duration: floa
                        f"{format_duration(duration)} burn-in: too few to judge", observed=round(span, 1),
                        expected=f">= {needed:.0f}", unit="s",
                        reason=ErrorReason.INCOMPLETE, remediation=Remediation.INVESTIGATE)
-    loaded = [s for s in series if not s.idle]
+    loaded = [s for s in series if s.idle is False]
     known = [s for s in loaded if s.reasons is not None]
     if not known:
+        if any(s.idle for s in series):
+            # Every readable sample has the GPU-idle reason: the load never ran on it (burnin.load says why).
+            return finding(Verdict.ERROR, f"never loaded: idle (GPU-idle reason 0x1) in every one of its "
+                           f"{len(series)} samples; the burn-in's load did not run on it (burnin.load)",
+                           reason=ErrorReason.NOT_RUN, remediation=Remediation.INVESTIGATE)
         return finding(Verdict.ERROR, "throttle reasons not readable in any sample under load ([N/A])",
                        reason=ErrorReason.UNPARSEABLE, remediation=Remediation.INVESTIGATE)
+    ratios = _peer_ratios(loaded, peers or {}, gpu)
+    deficit = (1 - _median([r for _, r in ratios])) * 100 if ratios else None
     bad_counts: dict[str, int] = {}
     first_bad: dict[str, float] = {}
+    capped_ratios: dict[str, list[float]] = {}
+    ratio_at = {id(sample): ratio for sample, ratio in ratios}
     for sample in known:
         for name in decode(sample.reasons):
             if name in fail or name in warn:
                 bad_counts[name] = bad_counts.get(name, 0) + 1
                 first_bad.setdefault(name, sample.t)
+                if id(sample) in ratio_at:
+                    capped_ratios.setdefault(name, []).append(ratio_at[id(sample)])
     clocks = [s.sm_clock_mhz for s in loaded if s.sm_clock_mhz is not None]
-    window = max(1, int(len(clocks) * WINDOW_FRACTION))
-    first_clock = _median(clocks[:window]) if clocks else None
-    last_clock = _median(clocks[-window:]) if clocks else None
-    drop = (first_clock - last_clock) / first_clock * 100 if first_clock and last_clock is not None else None
+    dropped = _iteration_drop(loaded, phases)
+    if dropped is not None:
+        drop: Optional[float] = dropped[0]
+        curve = (f"SM clock median {_median(clocks):g} MHz, iteration {dropped[1]} -> {dropped[2]} "
+                 f"{-drop + 0.0:+.1f}% at most (same part of the same test: {dropped[3]})")
+    elif ratios:
+        # No step times (an older load script, or fewer than two whole iterations): the GPU's clock against its
+        # peers' at the same instants, the first tenth of the samples against the last (all GPUs run the same test).
+        window = max(1, int(len(ratios) * WINDOW_FRACTION))
+        head, tail = _median([r for _, r in ratios[:window]]), _median([r for _, r in ratios[-window:]])
+        drop = (head - tail) / head * 100 if head > 0 else None
+        curve = (f"SM clock median {_median(clocks):g} MHz, against its peers' {-(drop or 0.0) + 0.0:+.1f}% from the "
+                 "first tenth of the samples to the last")
+    else:
+        drop = None
+        curve = f"SM clock median {_median(clocks):g} MHz" if clocks else "SM clock not readable"
+    if deficit is not None:
+        curve += f", {-deficit + 0.0:+.1f}% against its peers at the same instants"
     ecc = [s.ecc_uncorrected for s in series if s.ecc_uncorrected is not None]
     ecc_growth = max(ecc) - ecc[0] if ecc else None
     temps = [s.temperature_c for s in loaded if s.temperature_c is not None]
     power = [s.power_w for s in loaded if s.power_w is not None]
-    curve = (f"SM clock {first_clock:g} -> {last_clock:g} MHz ({0.0 - drop + 0.0:+.1f}%)" if drop is not None
-             else "SM clock not readable")
     shape = (f"{len(series)} samples over {format_duration(span)} ({len(loaded)} under load): {curve}"
              + (f", max {max(temps):g} C" if temps else "") + (f", max {max(power):g} W" if power else ""))
     problems: list[str] = []
     verdict = Verdict.PASS
     remediation = Remediation.NONE
     for name in sorted(bad_counts):
-        problems.append(f"{name} in {bad_counts[name]} of {len(known)} samples from "
-                        f"{format_duration(first_bad[name])}")
+        text = f"{name} in {bad_counts[name]} of {len(known)} samples from {format_duration(first_bad[name])}"
         if name in fail:
+            problems.append(text)
             verdict, remediation = Verdict.FAIL, Remediation.INVESTIGATE
-        elif verdict is Verdict.PASS:
+            continue
+        # A warn reason (SW power cap) is the GPU holding its power limit, which DCGM's GEMM and Targeted Power
+        # plugins reach on purpose on every GPU: it counts only with a clock deficit against the peers under it.
+        under = capped_ratios.get(name)
+        short = (1 - _median(under)) * 100 if under else None
+        if short is None and peers:
+            continue  # peers to compare with, none at those instants: nothing to hold against it
+        if short is not None and short <= POWER_CAP_DEFICIT_PCT:
+            shape += f", {name} in {bad_counts[name]} samples at its peers' clock (the load's power limit)"
+            continue
+        problems.append(text + (f", its clock {short:.1f}% below its peers' there (limit {POWER_CAP_DEFICIT_PCT:g}%)"
+                                if short is not None else ""))
+        if verdict is Verdict.PASS:
             verdict, remediation = Verdict.WARN, Remediation.MONITOR
     if drop is not None and drop > drop_limit:
         problems.append(f"SM clock fell {drop:.1f}% (limit {drop_limit:g}%)")
+        verdict, remediation = Verdict.FAIL, Remediation.INVESTIGATE
+    if deficit is not None and deficit > drop_limit:
+        problems.append(f"SM clock {deficit:.1f}% below its peers' at the same instants (limit {drop_limit:g}%)")
         verdict, remediation = Verdict.FAIL, Remediation.INVESTIGATE
     if ecc_growth:
         problems.append(f"uncorrected ECC errors grew by {ecc_growth} ({ecc[0]} -> {max(ecc)})")
         verdict, remediation = Verdict.FAIL, Remediation.ISOLATE
     if ecc_growth is None:
         shape += ", ECC not readable"
+    observed = round(max(drop or 0.0, deficit or 0.0), 2) if drop is not None or deficit is not None else None
     if problems:
-        return finding(verdict, "; ".join(problems) + f" ({shape})", observed=round(drop, 2) if drop is not None
-                       else None, expected=f"no {'/'.join(sorted(fail | warn))}, clock fall <= {drop_limit:g}%",
+        return finding(verdict, "; ".join(problems) + f" ({shape})", observed=observed,
+                       expected=f"no {'/'.join(sorted(fail | warn))}, clock fall <= {drop_limit:g}%",
                        unit="%", remediation=remediation)
-    return finding(Verdict.PASS, f"stable under load: {shape}", observed=round(drop, 2) if drop is not None else None,
-                   expected=f"<= {drop_limit:g}", unit="%")
+    return finding(Verdict.PASS, f"stable under load: {shape}", observed=observed, expected=f"<= {drop_limit:g}",
+                   unit="%")
+
+
+def _peer_clocks(run: Any) -> dict[float, dict[int, float]]:
+    """{instant (0.1 s): {GPU: SM clock}} of the samples under load: every GPU of a node runs the same test."""
+    out: dict[float, dict[int, float]] = {}
+    for sample in run.samples:
+        if sample.sm_clock_mhz is not None and sample.idle is False:
+            out.setdefault(round(sample.t, 1), {})[sample.gpu] = sample.sm_clock_mhz
+    return out
 
 
 @register("burnin.stability", collectors=(SAMPLER, LOAD))
@@ -129,15 +253,22 @@ def burnin_stability(ctx: NodeContext) -> list[Finding]:
     """Runs with ``validate --burn-in DURATION`` (``30m``, ``4h``): while the load repeats DCGM diag and nccl-tests
     for DURATION, ``nvidia-smi --query-gpu=timestamp,index,temperature.gpu,clocks.sm,clocks_event_reasons.active
     (clocks_throttle_reasons.active on older drivers),power.draw,ecc.errors.uncorrected.volatile.total -lms
-    INTERVAL`` samples every GPU (``--burn-in-interval``, host var ``burnin_interval``, default 5 s). Per GPU,
-    over the samples under load (GPU-idle bit clear): FAIL when a reason of the profile's ``burnin.fail`` is
-    active (default: HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, HW power brake 0x80), when the median SM
-    clock of the last 10% of the samples is below that of the first 10% by more than ``burnin.clock_drop_pct``
-    (default 10%), or when uncorrected volatile ECC errors grew; WARN for ``burnin.warn`` (default SW power cap
-    0x4: the GPU holding its power limit, which a power-bound test reaches on purpose). PASS: no such reason,
-    the clock held, no ECC growth, and samples that span the duration; too few samples, a sampler that stopped
-    early or throttle reasons never readable are ERROR. Remediation: INVESTIGATE cooling (fans, airflow, inlet
-    temperature) and power delivery of a throttling GPU; ISOLATE one whose uncorrected ECC errors grew.
+    INTERVAL`` samples every GPU (``--burn-in-interval``, host var ``burnin_interval``, default 5 s) until the
+    load ends (its last iteration may run past DURATION). The clock follows the DCGM plugin being run (boost on
+    copies and nccl-tests, lower under the power-capped GEMM and Targeted Power), so like is compared with like.
+    Per GPU, over the samples under load (GPU-idle bit clear): FAIL when a reason of the profile's ``burnin.fail``
+    is active (default: HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, HW power brake 0x80); when its SM
+    clock fell by more than ``burnin.clock_drop_pct`` (default 10%) from the first complete iteration to the last,
+    each tenth of each test against the same tenth of the same test (by the load's step times; without them, its
+    clock against its peers' at the same instants, first tenth of the samples against the last); when its clock
+    is more than that below the median of the node's other GPUs at the same instants (all run the same test);
+    or when uncorrected volatile ECC errors grew. ``burnin.warn`` (default SW power cap 0x4, the GPU holding its
+    power limit, which DCGM's GEMM and Targeted Power reach on every GPU on purpose) is WARN only when the GPU's
+    clock is more than 3% below its peers' under it. PASS: no such reason, the clock held, no ECC growth, and
+    samples that span the duration; too few samples, a sampler that stopped early or throttle reasons never
+    readable are ERROR, and a GPU idle in every sample is ERROR "never loaded". Remediation: INVESTIGATE
+    cooling (fans, airflow, inlet temperature) and power delivery of a throttling GPU; ISOLATE one whose
+    uncorrected ECC errors grew.
 
     Sources: the reason bits are NVML's nvmlClocksEventReasons (nvml.h; nvidia-ml-py's pynvml.py), printed by
     nvidia-smi as clocks_event_reasons.active (clocks_throttle_reasons.active before the rename)."""
@@ -161,8 +292,10 @@ def burnin_stability(ctx: NodeContext) -> list[Finding]:
     fail, warn, drop_limit = _policy(ctx)
     interval_s = (run.interval_ms or 0) / 1000.0
     gpus = set(run.gpus()) | set(range(ctx.profile.gpu.count))
+    peers, phases = _peer_clocks(run), phases_of(run, ctx.facts.get("burnin_load"))
     for gpu in sorted(gpus):
-        findings.append(_judge_gpu(ctx, gpu, run.series(gpu), run.duration_s, interval_s, fail, warn, drop_limit))
+        findings.append(_judge_gpu(ctx, gpu, run.series(gpu), run.duration_s, interval_s, fail, warn, drop_limit,
+                                   peers, phases))
     return findings
 
 
@@ -210,7 +343,8 @@ def burnin_load(ctx: NodeContext) -> list[Finding]:
     """Runs with ``validate --burn-in DURATION``: iterations of ``dcgmi diag -r 3 -j`` (host var
     ``burnin_dcgm_level``; level 3's Diagnostic and Targeted Stress plugins are a GEMM load on every GPU, Targeted
     Power and Memory Bandwidth load power and memory) and the node's nccl-tests ``all_reduce_perf``, each under its
-    own timeout, until DURATION has passed; then ``dmesg -k``. FAIL when an Xid event is in the kernel log after
+    own timeout, until DURATION has passed (three iterations in a row that end within 5 s stop it: a load that
+    fails at once, ERROR); then ``dmesg -k``. FAIL when an Xid event is in the kernel log after
     the burn-in that was not in it before (the light batch's ``dmesg``), when any iteration's DCGM diag failed,
     when all_reduce_perf failed or counted wrong values, or when a later iteration's figure is below the first
     iteration's by more than the profile's ``burnin.figure_drop_pct`` (default 5%): the average bus bandwidth,
@@ -262,6 +396,9 @@ def burnin_load(ctx: NodeContext) -> list[Finding]:
         shape += f", GEMM on {len(gemm_first)} GPU(s)"
     if run.done is None:
         unknown.append("the load was cut off before its end")
+    if getattr(run, "aborted", None):
+        unknown.insert(0, f"the load failed at once in {run.aborted} iterations in a row and stopped: no GPU was "
+                       "loaded (is dcgmi / nv-hostengine / all_reduce_perf there?)")
     xids, why = _new_xids(ctx)
     if xids is None:
         unknown.append(why)

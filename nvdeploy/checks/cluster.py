@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Collection, Mapping, Optional, Sequence
 
+from nvdeploy.checks.firmware_consistency import CHECK as FIRMWARE_CHECK
+from nvdeploy.checks.firmware_consistency import evaluate_firmware
 from nvdeploy.checks.fleet_drift import evaluate_drift
 from nvdeploy.checks.registry import CLUSTER_CHECKS
 from nvdeploy.config.hostrange import fold
@@ -81,24 +83,38 @@ def version_consistency(nodes: Sequence[NodeResult], key: str, check_id: str,
 
 def evaluate_cluster(nodes: Sequence[NodeResult], racks_of: Optional[Mapping[str, Sequence[Any]]] = None,
                      fleet: Optional[Mapping[str, Mapping[str, Any]]] = None,
-                     fleet_baseline: Optional[RunResult] = None) -> tuple[list[NodeResult], list[Finding]]:
+                     fleet_baseline: Optional[RunResult] = None,
+                     only: Optional[Collection[str]] = None) -> tuple[list[NodeResult], list[Finding]]:
     """Cluster-stage findings. ``racks_of``: host -> [rack, rack budget W], from the run's header, so a rack's
     unmeasured nodes are known to the power budget. ``fleet``: profile stamp -> its ``fleet`` section, from the
     run's header when fleet.performance was selected (None: not run); ``fleet_baseline``: the accepted run whose
-    nodes are peers where this run has too few."""
+    nodes are peers where this run has too few. ``only``: the checks a ``validate --check`` run chose (None: a
+    level's run, where every part of the stage runs): a part runs only when it, or the node check it reads, was
+    chosen, so that ``--check dcgm.diag_r1`` is not also judged on versions and power it did not collect."""
     updated, findings = list(nodes), []
+
+    def chosen(*ids: str) -> bool:
+        return only is None or any(i in only for i in ids)
+
     for key, check_id, what in VERSION_CONSISTENCY:
-        updated, more = version_consistency(updated, key, check_id, what)
+        if chosen(check_id):
+            updated, more = version_consistency(updated, key, check_id, what)
+            findings.extend(more)
+    # Firmware per component against the majority of the profile's nodes (nvdeploy/checks/firmware_consistency.py).
+    if chosen(FIRMWARE_CHECK, "firmware.minimum"):
+        updated, more = evaluate_firmware(updated)
         findings.extend(more)
     # Power per rack and cluster, from the power.node findings (nvdeploy/checks/power.py).
-    from nvdeploy.checks.power import evaluate_power
+    from nvdeploy.checks.power import BUDGET_CHECK, CLUSTER_CHECK, evaluate_power
 
-    findings.extend(evaluate_power(updated, racks_of))
+    if chosen("power.node", BUDGET_CHECK, CLUSTER_CHECK):
+        findings.extend(evaluate_power(updated, racks_of))
     # The trays of each multi-node NVLink domain, from the trays' nvlink_fabric facts (checks/nvlink_domain.py).
     from nvdeploy.checks.nvlink_domain import evaluate_domains
 
-    updated, more = evaluate_domains(updated, racks_of)
-    findings.extend(more)
+    if chosen("nvlink.domain"):
+        updated, more = evaluate_domains(updated, racks_of)
+        findings.extend(more)
     if fleet is not None:
         # Each measured figure against the node's peers of the same profile (nvdeploy/checks/fleet.py).
         from nvdeploy.checks.fleet import evaluate_fleet

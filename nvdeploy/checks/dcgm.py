@@ -12,11 +12,12 @@ from typing import Any, Optional
 
 from nvdeploy.checks.gating import first_line, raw_gate
 from nvdeploy.checks.registry import CheckFunction, NodeContext, register
-from nvdeploy.collect.datacenter import DCGM_TIMEOUTS, dcgm_diag_collector
+from nvdeploy.collect.datacenter import DCGM_GEMM, DCGM_TIMEOUTS, dcgm_diag_collector
 from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
 
 DISCOVERY = "dcgm_discovery"
 HEALTH = "dcgm_health"
+HEALTH_AFTER = "dcgm_health_after"
 NOT_INSTALLED = "DCGM is not installed (install datacenter-gpu-manager and enable nvidia-dcgm/nv-hostengine)"
 HOSTENGINE_DOWN = ("nv-hostengine is not running: dcgmi cannot reach it (systemctl enable --now nvidia-dcgm, or "
                    "start nv-hostengine)")
@@ -47,8 +48,8 @@ def _dcgm_gate(ctx: NodeContext, check_id: str, collector: str, tool: str) -> Op
         return gated
     result = ctx.results[collector]
     text = result.text + "\n" + result.err_text
-    facts: Any = ctx.facts.get(collector) if collector in (DISCOVERY, HEALTH) else \
-        ctx.facts.get("dcgm_diag", {}).get(int(collector[-1]))
+    facts: Any = ctx.facts.get(collector) if collector in (DISCOVERY, HEALTH) else ctx.facts.get("dcgm_gemm") \
+        if collector == DCGM_GEMM else ctx.facts.get("dcgm_diag", {}).get(int(collector[-1]))
     unreachable = result.rc not in (0, DIAG_FAILED_RC) and re.search(
         r"unable to (?:establish a connection|connect to)|host ?engine", text, re.IGNORECASE)
     if (facts is not None and facts.hostengine_unreachable) or unreachable:
@@ -113,6 +114,9 @@ def dcgm_health(ctx: NodeContext) -> list[Finding]:
     enabled, a report cut off or not understood (what it shows still FAILs or WARNs), or an exit status the report
     does not explain. Watches that
     were just set have little history yet: the memory, NVLink, PCIe and thermal/power watches sample for about 60 s.
+    So a node that runs heavy tests (standard, full, a burn-in) has its watches read again after them and the
+    burn-in (``dcgmi health -g 0 -c -j``): an incident only that read shows is named "after the heavy tests", with
+    the same verdicts; that read failing is ERROR.
 
     Sources: NVIDIA/DCGM dcgmi/CommandLineParser.cpp (the ``-s`` watch letters, ``a`` = all) and dcgmi/Health.cpp
     (the report, Healthy/Warning/Failure per entity and system); the DCGM User Guide, "Groups" (the default group of
@@ -176,10 +180,49 @@ def dcgm_health(ctx: NodeContext) -> list[Finding]:
         findings.append(ctx.finding(check_id, Verdict.ERROR, f"dcgmi health exited {result.rc}: "
                                     f"{first_line(ctx, HEALTH) or 'no output'}",
                                     reason=ErrorReason.UNPARSEABLE, collector=HEALTH))
+    later = _health_after(ctx, check_id, {_incident_key(e, i) for e in facts.entities for i in e.incidents})
+    findings += later
     if findings:
         return findings
-    return [ctx.finding(check_id, Verdict.PASS, "DCGM health watches: Overall Health Healthy, no incident on any GPU",
-                        observed="Healthy", expected="Healthy", collector=HEALTH)]
+    again = " (read again after the heavy tests: Healthy)" if HEALTH_AFTER in ctx.results else ""
+    return [ctx.finding(check_id, Verdict.PASS, "DCGM health watches: Overall Health Healthy, no incident on any GPU"
+                        + again, observed="Healthy", expected="Healthy", collector=HEALTH)]
+
+
+def _incident_key(entity: Any, incident: Any) -> tuple[str, str, str, str]:
+    return (entity.group.upper(), str(entity.entity_id), incident.system.lower(), incident.health)
+
+
+def _health_after(ctx: NodeContext, check_id: str, seen: set[tuple[str, str, str, str]]) -> list[Finding]:
+    """The watches read again after the heavy tests and the burn-in (collect/datacenter.py DCGM_HEALTH_AFTER): the
+    incidents the first read, made seconds after the watches were set, could not show yet (PCIe replays, NVLink,
+    thermal and power need about a minute of samples). Nothing when the node ran no heavy test."""
+    result = ctx.results.get(HEALTH_AFTER)
+    if result is None:
+        return []
+    facts = ctx.facts.get(HEALTH_AFTER)
+    if result.error is not None or facts is None or facts.format is None or not facts.complete:
+        why = result.error_detail or (facts.errors[0] if facts is not None and facts.errors else
+                                      first_line(ctx, HEALTH_AFTER)) or f"exit {result.rc}"
+        return [ctx.finding(check_id, Verdict.ERROR, f"dcgmi health read after the heavy tests: not read: {why}",
+                            reason=result.error or ErrorReason.UNPARSEABLE, remediation=Remediation.INVESTIGATE,
+                            collector=HEALTH_AFTER)]
+    out = []
+    for entity in facts.entities:
+        gpu = entity.entity_id if entity.group.upper() == "GPU" else None
+        for incident in entity.incidents:
+            if _incident_key(entity, incident) in seen:
+                continue  # the first read named it already
+            verdict = _HEALTH_VERDICTS.get(incident.health, Verdict.ERROR)
+            detail = f": {incident.message[:400]}" if incident.message else ""
+            remediation = (_HEALTH_ACTIONS.get(incident.system.lower(), Remediation.ISOLATE)
+                           if verdict is Verdict.FAIL else Remediation.MONITOR if verdict is Verdict.WARN
+                           else Remediation.INVESTIGATE)
+            out.append(ctx.finding(
+                check_id, verdict, f"after the heavy tests: {_where(entity)}: {incident.system} {incident.health}"
+                f"{detail}", observed=incident.health, expected="Healthy", gpu=gpu, collector=HEALTH_AFTER,
+                remediation=remediation, reason=ErrorReason.UNPARSEABLE if verdict is Verdict.ERROR else None))
+    return out
 
 
 def _remediation(category: Optional[str], key: str) -> Remediation:
@@ -188,25 +231,29 @@ def _remediation(category: Optional[str], key: str) -> Remediation:
     return Remediation.ISOLATE
 
 
-def evaluate_diag(ctx: NodeContext, level: int) -> list[Finding]:
-    check_id = f"dcgm.diag_r{level}"
-    collector = dcgm_diag_collector(level)
-    gated = _dcgm_gate(ctx, check_id, collector, f"dcgmi diag -r {level}")
+def evaluate_diag(ctx: NodeContext, level: int, gemm: bool = False) -> list[Finding]:
+    """One diag run's findings: ``dcgmi diag -r LEVEL``, or with ``gemm`` the Diagnostic plugin alone
+    (``dcgm.gemm``: its one required test is ``diagnostic``)."""
+    check_id = "dcgm.gemm" if gemm else f"dcgm.diag_r{level}"
+    collector = DCGM_GEMM if gemm else dcgm_diag_collector(level)
+    run = "diagnostic" if gemm else str(level)
+    gated = _dcgm_gate(ctx, check_id, collector, f"dcgmi diag -r {run}")
     if gated:
         return gated
     result = ctx.results[collector]
-    facts = ctx.facts.get("dcgm_diag", {}).get(level)
+    facts = ctx.facts.get("dcgm_gemm") if gemm else ctx.facts.get("dcgm_diag", {}).get(level)
+    all_required = frozenset({"diagnostic"}) if gemm else REQUIRED_TESTS.get(level, frozenset())
     if facts is None or (not facts.tests and not facts.runtime_error):
         return [ctx.finding(check_id, Verdict.ERROR,
-                            f"dcgmi diag -r {level} exited {result.rc} with no test result: "
+                            f"dcgmi diag -r {run} exited {result.rc} with no test result: "
                             f"{first_line(ctx, collector) or 'no output'}",
                             reason=ErrorReason.INCOMPLETE if result.text.strip() else ErrorReason.UNPARSEABLE,
                             collector=collector)]
     if not facts.tests:
-        return [ctx.finding(check_id, Verdict.ERROR, f"dcgmi diag -r {level} did not run: {facts.runtime_error}",
+        return [ctx.finding(check_id, Verdict.ERROR, f"dcgmi diag -r {run} did not run: {facts.runtime_error}",
                             reason=ErrorReason.NOT_RUN, remediation=Remediation.INVESTIGATE, collector=collector)]
     findings: list[Finding] = []
-    required = set(REQUIRED_TESTS.get(level, frozenset()))
+    required = set(all_required)
     seen: dict[str, str] = {}
     for test in facts.tests:
         key = test_key(test.name)
@@ -226,7 +273,7 @@ def evaluate_diag(ctx: NodeContext, level: int) -> list[Finding]:
                 findings.append(ctx.finding(check_id, Verdict.WARN, f"{where}{test.name} warned{detail}",
                                             observed="Warn", expected="Pass", gpu=res.gpu,
                                             remediation=Remediation.MONITOR, collector=collector))
-            elif res.verdict == "SKIP" and key in REQUIRED_TESTS.get(level, ()):
+            elif res.verdict == "SKIP" and key in all_required:
                 findings.append(ctx.finding(check_id, Verdict.ERROR,
                                             f"{where}required test {test.name} was skipped{detail}",
                                             observed="Skip", expected="Pass", gpu=res.gpu,
@@ -243,21 +290,21 @@ def evaluate_diag(ctx: NodeContext, level: int) -> list[Finding]:
     if not facts.complete:
         cut = ("is a fragment (a pasted piece): the tests and GPUs outside it, and the run's end, cannot be judged"
                if getattr(facts, "fragment", False) else "is cut off (incomplete JSON): results not trusted")
-        findings.append(ctx.finding(check_id, Verdict.ERROR, f"dcgmi diag -r {level} output {cut}",
+        findings.append(ctx.finding(check_id, Verdict.ERROR, f"dcgmi diag -r {run} output {cut}",
                                     reason=ErrorReason.INCOMPLETE, collector=collector))
     failed = any(f.verdict is Verdict.FAIL for f in findings)
     if result.rc not in (0, DIAG_FAILED_RC) and not failed:
-        findings.append(ctx.finding(check_id, Verdict.ERROR, f"dcgmi diag -r {level} exited {result.rc}",
+        findings.append(ctx.finding(check_id, Verdict.ERROR, f"dcgmi diag -r {run} exited {result.rc}",
                                     reason=ErrorReason.UNPARSEABLE, collector=collector))
     elif result.rc == DIAG_FAILED_RC and not failed:
         findings.append(ctx.finding(check_id, Verdict.ERROR,
-                                    f"dcgmi diag -r {level} reported a failure (exit {DIAG_FAILED_RC}) that its "
+                                    f"dcgmi diag -r {run} reported a failure (exit {DIAG_FAILED_RC}) that its "
                                     "output does not show", reason=ErrorReason.UNPARSEABLE, collector=collector))
     if findings:
         return findings
     version = f", DCGM {facts.dcgm_version}" if facts.dcgm_version else ""
     return [ctx.finding(check_id, Verdict.PASS,
-                        f"dcgmi diag -r {level}: {len(facts.tests)} tests passed or not applicable{version}",
+                        f"dcgmi diag -r {run}: {len(facts.tests)} tests passed or not applicable{version}",
                         observed=seen, expected="Pass", collector=collector)]
 
 
@@ -278,6 +325,25 @@ def _make(level: int) -> CheckFunction:
     """
     check.__name__ = f"dcgm_diag_r{level}"
     return register(f"dcgm.diag_r{level}", collectors=(dcgm_diag_collector(level),))(check)
+
+
+@register("dcgm.gemm", collectors=(DCGM_GEMM,))
+def dcgm_gemm(ctx: NodeContext) -> list[Finding]:
+    """Runs ``dcgmi diag -r diagnostic -p diagnostic.test_duration=60 -j`` (hard timeout 300 s;
+    host vars ``dcgm_gemm_duration``, ``dcgm_gemm_timeout``): DCGM's Diagnostic plugin alone, a GEMM load on every
+    GPU that prints each GPU's gigaflops. The standard level's per-GPU compute figure: level 2 runs no GEMM, and a
+    GPU slow at compute (power or clock capped, a bad SM) passes its PCIe and memory tests and the host copies;
+    ``fleet.performance`` judges the gigaflops (figure ``dcgm_gflops``) against the GPU's peers. The full level's
+    r3 runs the same plugin, so full drops this check.
+
+    PASS: the Diagnostic test passed on every GPU. FAIL (ISOLATE) on a GPU whose test failed (GEMM errors, a
+    health watch under load); WARN for a Warn. ERROR: the test skipped or missing, the output cut off, DCGM not
+    installed or nv-hostengine not running, or an exit status the output does not explain.
+
+    Sources: the DCGM reference, "dcgmi diag" (a canonical test name runs that test alone; ``-p test.parameter=
+    value``) and "Diagnostic Plugin" (``test_duration``, default 180 s):
+    https://docs.nvidia.com/datacenter/dcgm/latest/reference/diagnostics/plugins/diagnostic.html"""
+    return evaluate_diag(ctx, 3, gemm=True)
 
 
 # Kept in a module-level tuple: the catalog (nvdeploy/checks/__init__.py) finds this module's checks there.

@@ -8,6 +8,7 @@ gathers the samples from the nodes' facts (results.json ``facts``) and turns the
 
 from __future__ import annotations
 
+import math
 import statistics
 import textwrap
 from collections import defaultdict
@@ -16,7 +17,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from nvdeploy.checks.registry import CLUSTER_CHECKS
 from nvdeploy.config.hostrange import fold
-from nvdeploy.results import Finding, NodeResult, Remediation, RunResult, Verdict
+from nvdeploy.results import ErrorReason, Finding, NodeResult, Remediation, RunResult, Verdict
 
 CHECK_ID = "fleet.performance"
 # 0.6745 is the 0.75 quantile of the standard normal: with it the MAD-based z of normally spread figures reads like
@@ -25,9 +26,11 @@ MAD_Z = 0.6745
 SHOWN_OUTLIERS = 20  # outliers named in a cluster finding's summary; all of them are in its observed value
 
 SOURCES = (
-    "https://github.com/Azure/ai-infrastructure-on-azure/blob/main/skills/ai-infra/references/outlier_detection.md",
-    "https://github.com/Azure/ai-infrastructure-on-azure/blob/main/skills/ai-infra/references/sku_baselines.md",
+    "https://github.com/Azure/ai-infrastructure-on-azure/blob/main/skills/slurm/cluster_outlier_detection/SKILL.md",
+    "https://github.com/Azure/ai-infrastructure-on-azure/blob/main/skills/slurm/sku_performance_baseline/SKILL.md",
 )
+# The host var that splits a profile's nodes into groups judged apart (two NIC speeds, two storage tiers).
+PEER_GROUP = "peer_group"
 
 
 @dataclass(frozen=True)
@@ -36,17 +39,35 @@ class FleetRule:
 
     ``z_min_pct``: a robust z alone counts only when the figure is also at least this far below the median. A fleet
     whose spread is below the tools' own repeatability (nccl-tests at 8 GiB repeats to a fraction of a percent) has
-    a tiny MAD, and a z-score over it would name noise; 0 turns the guard off."""
+    a tiny MAD, and a z-score over it would name noise; 0 turns the guard off. ``fail_min_pct``: a z alone FAILs
+    only this far below the median (nccl-tests and DCGM's GEMM repeat within about 1-2% on one node, fleet_drift.py):
+    nearer, a z at ``fail_z`` is WARN, since a re-test could move the node that far."""
 
     min_nodes: int = 8
     warn_pct: float = 3.5
     fail_pct: float = 7.0
-    warn_z: float = 3.0
-    fail_z: float = 5.0
-    z_min_pct: float = 1.0
+    # Azure's robust z: "< -2.0 Investigate", "< -3.0 Drain" (cluster_outlier_detection, SOURCES[0]).
+    warn_z: float = 2.0
+    fail_z: float = 3.0
+    z_min_pct: float = 1.5
+    fail_min_pct: float = 2.0
 
 
 DEFAULT_RULE = FleetRule()
+# Azure's per-SKU bands (sku_performance_baseline, SOURCES[1]), as the percent below the expected figure:
+# GPU GEMM (ubergemm, 60 s) Warn < 3.5%, GHR < 7% (H100 ~769 GFlops/GPU, warn < 742, GHR < 715);
+# H100 NCCL all_reduce busbw ~450 GB/s, Warn < 400 (11.1%), GHR < 300 (33.3%).
+# Azure's NCCL band is against the expected figure, which the profile's busbw floor (nccl.all_reduce) judges; against
+# the fleet's median, nvdeploy keeps the tighter band a node's own repeatability allows, and says so.
+GEMM_RULE = FleetRule(warn_pct=3.5, fail_pct=7.0)
+_GEMM_SOURCE = ("Azure's GPU GEMM band (sku_performance_baseline: Warn < 3.5%, GHR < 7% below the SKU's expected "
+                "GFlops per GPU)")
+_NCCL_SOURCE = ("nvdeploy's own band, tighter than Azure's H100 NCCL one (sku_performance_baseline: all_reduce busbw "
+                "~450 GB/s expected, Warn < 400, GHR < 300 GB/s, i.e. 11.1% and 33.3% below), which is against the "
+                "expected figure and so the job of the profile's busbw floor; against the fleet's median it takes "
+                "the GEMM band's 3.5% / 7%, above nccl-tests' 1-2% repeatability")
+_OWN_SOURCE = ("nvdeploy's own band: no source publishes one for this figure; it takes the GEMM band's 3.5% / 7%, "
+               "above the tools' 1-2% repeatability")
 
 
 _GPU_HINT = "check its clocks and throttling (clocks.throttle), power and cooling, PCIe and NVLink, then re-test"
@@ -73,8 +94,9 @@ class Figure:
     higher_is_better: bool = True
     # How a per_path figure's name reads for one key (:func:`expand`).
     key_format: str = "{what} of {key}"
-    # The rule before the profile's fleet section overrides it (rule_for).
+    # The rule before the profile's fleet section overrides it (rule_for), and where its percentages come from.
     default_rule: FleetRule = DEFAULT_RULE
+    source: str = _OWN_SOURCE
 
     @property
     def worse(self) -> str:
@@ -83,9 +105,13 @@ class Figure:
 
 FIGURES = (
     Figure("nccl_busbw", "nccl_all_reduce_busbw_gbps", "nccl-tests all_reduce busbw (single node, largest size)",
-           "GB/s", False, "nccl.all_reduce"),
+           "GB/s", False, "nccl.all_reduce", source=_NCCL_SOURCE),
+    # At standard from the GEMM plugin alone (dcgm.gemm), at full from r3's (dcgm.diag_r3/r4).
     Figure("dcgm_gflops", "dcgm_diag_gflops", "DCGM diag Diagnostic (GEMM) figure", "gigaflops", True,
-           "dcgm.diag_r3/r4"),
+           "dcgm.gemm, dcgm.diag_r3/r4", default_rule=GEMM_RULE, source=_GEMM_SOURCE),
+    # The same plugin under the burn-in's sustained load: each GPU's median over the iterations.
+    Figure("burnin_gflops", "burnin_gflops", "DCGM Diagnostic (GEMM) figure under the burn-in (median of its "
+           "iterations)", "gigaflops", True, "burnin.load", default_rule=GEMM_RULE, source=_GEMM_SOURCE),
     Figure("storage_read_gbps", "storage_read_gbps", "storage read throughput", "GB/s", False, "storage.throughput",
            per_path=True, hint="check the mount and its client, the storage network's ports and rate, and what "
            "else loads the path, then re-test"),
@@ -108,6 +134,7 @@ FIGURES = (
     Figure("burnin_temperature", "burnin_temperature_c", "GPU temperature under the burn-in's load (median)", "C",
            False, "burnin.stability", per_path=True, key_format="{what}, GPU{key}", higher_is_better=False,
            default_rule=FleetRule(warn_pct=5.0, fail_pct=100.0, z_min_pct=3.0),
+           source="nvdeploy's own: WARN only, 5% (3-4 C) above the same GPU slot's median",
            hint="check the GPU's cooling (fan, heatsink and its paste, airflow, blanking panels) and the rack's inlet "
            "temperature; it runs hotter than the same GPU slot of its peers under the same load"),
     Figure("rdma_gpudirect", "rdma_gpudirect_gbps", "GPUDirect RDMA write bandwidth (ib_write_bw --use_cuda, the "
@@ -117,6 +144,7 @@ FIGURES = (
     # Set by the multi-node stage (phases/multinode.py), which runs before this check, with --nccl-pattern pairwise.
     Figure("nccl_pair_busbw", "nccl_pair_busbw_gbps", "two-node nccl-tests all_reduce busbw (pairwise, the node's "
            "best pair)", "GB/s", False, "nccl.multinode with --nccl-pattern pairwise",
+           source=_NCCL_SOURCE,
            hint="check the node's InfiniBand ports, cables, HCA firmware and switch ports (ibstat, ib.*), then re-test "
            "it with another node"),
 )
@@ -171,6 +199,9 @@ class Judgement:
     # Peers taken from the accepted baseline run when this run has too few nodes: how many, and the run's id.
     baseline_nodes: int = 0
     baseline: str = ""
+    # Two populations in one profile (:func:`split_of`): (the lower's nodes, its median, the upper's median); each
+    # was judged by itself.
+    split: Optional[tuple[tuple[str, ...], float, float]] = None
 
 
 def rule_for(section: Optional[Mapping[str, Any]], figure: str,
@@ -225,9 +256,10 @@ def judge(samples: Sequence[Sample], rule: FleetRule = DEFAULT_RULE, higher_is_b
         pct = round(sign * (median - sample.value) / median * 100, 6)
         z = robust_z(sample.value, median, mad)
         z_counts = z is not None and pct >= rule.z_min_pct
-        if pct >= rule.fail_pct or (z_counts and z is not None and sign * z <= -rule.fail_z):
+        z_fails = z_counts and z is not None and sign * z <= -rule.fail_z
+        if pct >= rule.fail_pct or (z_fails and pct >= rule.fail_min_pct):
             verdict = Verdict.FAIL
-        elif pct >= rule.warn_pct or (z_counts and z is not None and sign * z <= -rule.warn_z):
+        elif pct >= rule.warn_pct or z_fails or (z_counts and z is not None and sign * z <= -rule.warn_z):
             verdict = Verdict.WARN
         else:
             continue
@@ -237,10 +269,90 @@ def judge(samples: Sequence[Sample], rule: FleetRule = DEFAULT_RULE, higher_is_b
     return Judgement(verdict, nodes, len(samples), median, mad, low, high, tuple(outliers))
 
 
+# The fewest nodes on each side of a split, and how many times the wider side's own spread the gap must be.
+SPLIT_MIN_NODES = 3
+SPLIT_GAP_MADS = 6.0
+
+
+def split_of(samples: Sequence[Sample], rule: FleetRule) -> Optional[tuple[list[Sample], list[Sample]]]:
+    """(lower, upper) when one profile's samples are two populations (two NIC speeds, two storage tiers): sorted by
+    value, the widest gap between neighbours is at least ``warn_pct``% of the median, at least SPLIT_GAP_MADS times
+    the MAD of either side, with SPLIT_MIN_NODES nodes or more (and ``min_nodes`` / 4) on each side. A lone slow
+    node is no population: it stays an outlier of the one."""
+    ordered = sorted(samples, key=lambda s: s.value)
+    if len(ordered) < 2:
+        return None
+    median = statistics.median(s.value for s in ordered)
+    if median <= 0:
+        return None
+    gap, cut = max((ordered[i + 1].value - ordered[i].value, i + 1) for i in range(len(ordered) - 1))
+    lower, upper = ordered[:cut], ordered[cut:]
+    least = max(SPLIT_MIN_NODES, rule.min_nodes // 4)
+    if min(len({s.node for s in lower}), len({s.node for s in upper})) < least:
+        return None
+    if {s.node for s in lower} & {s.node for s in upper}:
+        return None  # a node on both sides (a per-GPU figure): a slow GPU, not a population
+    if gap / median * 100 < rule.warn_pct:
+        return None
+    spread = max(_mad([s.value for s in lower]), _mad([s.value for s in upper]))
+    return (lower, upper) if gap >= SPLIT_GAP_MADS * spread else None
+
+
+def _mad(values: Sequence[float]) -> float:
+    median = statistics.median(values)
+    return statistics.median(abs(v - median) for v in values)
+
+
+def judge_split(samples: Sequence[Sample], rule: FleetRule = DEFAULT_RULE, higher_is_better: bool = True) -> Judgement:
+    """:func:`judge`, but a profile whose samples are two populations (:func:`split_of`) is judged as two: each side
+    among itself, and the judgement WARNs of the split (the cluster finding names both)."""
+    whole = judge(samples, rule, higher_is_better)
+    parts = split_of(samples, rule) if whole.median is not None else None
+    if parts is None:
+        return whole
+    lower, upper = parts
+    low_part = judge(lower, replace(rule, min_nodes=2), higher_is_better)
+    high_part = judge(upper, replace(rule, min_nodes=2), higher_is_better)
+    outliers = tuple(sorted(low_part.outliers + high_part.outliers,
+                            key=lambda o: (-o.verdict.severity, -o.pct_below, o.sample.node, o.sample.gpu or 0)))
+    verdict = Verdict.worst([Verdict.WARN, *(o.verdict for o in outliers)])
+    lower_nodes = tuple(sorted({s.node for s in lower}))
+    return replace(whole, verdict=verdict, outliers=outliers,
+                   split=(lower_nodes, float(statistics.median(s.value for s in lower)),
+                          float(statistics.median(s.value for s in upper))))
+
+
 def _number(value: Any) -> Optional[float]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """A finite number, else None (NaN and infinities are no measurement: :func:`non_finite` names them)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return float(value)
+
+
+def non_finite(figure: Figure, nodes: Sequence[NodeResult]) -> list[tuple[str, str, Optional[int], Any]]:
+    """(profile, node, GPU, value) of each NaN or infinite value of the figure: a tool that printed ``nan`` or
+    ``inf`` measured nothing, and a NaN compares false with every threshold (it would pass them all)."""
+    out: list[tuple[str, str, Optional[int], Any]] = []
+    for node in nodes:
+        value = node.facts.get(figure.fact) if node.profile else None
+        if figure.per_path:
+            value = value.get(figure.key) if isinstance(value, Mapping) else None
+        items = value.items() if figure.per_gpu and isinstance(value, Mapping) else [(None, value)]
+        for gpu, number in items:
+            if isinstance(number, float) and not math.isfinite(number):
+                out.append((node.profile, node.name, int(gpu) if str(gpu).isdigit() else None, number))
+    return out
+
+
+def peer_groups(figure: Figure, nodes: Sequence[NodeResult]) -> dict[tuple[str, str], list[Sample]]:
+    """:func:`samples_of` by (profile stamp, peer group): the host var ``peer_group`` (kept in the node's facts)
+    splits a profile's nodes into groups judged apart; "" without one."""
+    group = {n.name: str(n.facts.get(PEER_GROUP) or "") for n in nodes}
+    out: dict[tuple[str, str], list[Sample]] = defaultdict(list)
+    for profile, samples in samples_of(figure, nodes).items():
+        for sample in samples:
+            out[(profile, group.get(sample.node, ""))].append(sample)
+    return out
 
 
 def samples_of(figure: Figure, nodes: Sequence[NodeResult]) -> dict[str, list[Sample]]:
@@ -274,6 +386,11 @@ def _short(outlier: Outlier, unit: str, higher_is_better: bool = True) -> str:
     return f"{outlier.sample.label} {outlier.sample.value:g} {unit} ({deviation}) {outlier.verdict.value}"
 
 
+def _stamp(label: str) -> str:
+    """The profile stamp of a group's label (``<stamp> peer_group <group>``)."""
+    return label.split(" ", 1)[0]
+
+
 def _population(judgement: Judgement, figure: Figure, profile: str) -> str:
     gpus = f", {judgement.samples} GPUs" if figure.per_gpu else ""
     peers = (f" ({judgement.baseline_nodes} of them from baseline run {judgement.baseline})"
@@ -284,13 +401,15 @@ def _population(judgement: Judgement, figure: Figure, profile: str) -> str:
 def _cluster_finding(figure: Figure, profile: str, judgement: Judgement, rule: FleetRule,
                      samples: Sequence[Sample]) -> Finding:
     head = f"{figure.what} on {_population(judgement, figure, profile)}"
-    observed: dict[str, Any] = {"figure": figure.id, "profile": profile, "nodes": judgement.nodes,
+    observed: dict[str, Any] = {"figure": figure.id, "profile": _stamp(profile), "nodes": judgement.nodes,
                                 "samples": judgement.samples}
+    if profile != _stamp(profile):
+        observed[PEER_GROUP] = profile.split(f" {PEER_GROUP} ", 1)[-1]
     if figure.key is not None:
         observed["path"] = figure.key
     if judgement.verdict is Verdict.SKIP:
         return Finding(CHECK_ID, Verdict.SKIP, f"{figure.what} on {profile}: {judgement.reason}", observed=observed,
-                       unit=figure.unit, profile=profile)
+                       unit=figure.unit, profile=_stamp(profile))
     assert judgement.median is not None and judgement.mad is not None
     # Each node's figure, its slowest GPU's for a per-GPU figure (one bad GPU holds the node back): one number per
     # node keeps a 10,000-node run's finding small; the outliers below name every GPU.
@@ -309,17 +428,29 @@ def _cluster_finding(figure: Figure, profile: str, judgement: Judgement, rule: F
     z_bound = f"> -{rule.warn_z:g}" if figure.higher_is_better else f"< +{rule.warn_z:g}"
     z_out = f"<= -{rule.warn_z:g}" if figure.higher_is_better else f">= +{rule.warn_z:g}"
     expected = f"within {rule.warn_pct:g}% of the median and robust z {z_bound}"
+    if judgement.split is not None:
+        lower_nodes, lower_median, upper_median = judgement.split
+        observed["split"] = {"lower": list(lower_nodes), "lower_median": round(lower_median, 3),
+                             "upper_median": round(upper_median, 3)}
+        shown = "; ".join(_short(o, figure.unit, figure.higher_is_better) for o in judgement.outliers[:SHOWN_OUTLIERS])
+        return Finding(CHECK_ID, judgement.verdict, f"{head}: two populations, not one: {len(lower_nodes)} node(s) "
+                       f"({fold(list(lower_nodes))}) at a median of {lower_median:g} {figure.unit} and the others at "
+                       f"{upper_median:g}; each judged among itself"
+                       + (f", outliers: {shown}" if shown else ", no outlier in either") + ". If the two differ by "
+                       f"design (NIC speed, storage tier), give each its host var {PEER_GROUP} (or its own profile); "
+                       "else the lower population is what to look at", observed=observed, expected=expected,
+                       unit=figure.unit, remediation=Remediation.INVESTIGATE, profile=_stamp(profile))
     if not judgement.outliers:
         return Finding(CHECK_ID, Verdict.PASS, f"{head}: {stats}; none {rule.warn_pct:g}% {figure.worse} the median "
                        f"or at robust z {z_out}", observed=observed, expected=expected, unit=figure.unit,
-                       profile=profile)
+                       profile=_stamp(profile))
     shown = "; ".join(_short(o, figure.unit, figure.higher_is_better) for o in judgement.outliers[:SHOWN_OUTLIERS])
     more = len(judgement.outliers) - SHOWN_OUTLIERS
     named = fold(sorted({o.sample.node for o in judgement.outliers}))
     peers = "below their peers" if figure.higher_is_better else "above their peers"
     return Finding(CHECK_ID, judgement.verdict, f"{head}: {stats}; {len(judgement.outliers)} {peers} "
                    f"({named}): {shown}" + (f"; and {more} more" if more > 0 else ""), observed=observed,
-                   expected=expected, unit=figure.unit, remediation=Remediation.INVESTIGATE, profile=profile)
+                   expected=expected, unit=figure.unit, remediation=Remediation.INVESTIGATE, profile=_stamp(profile))
 
 
 def _node_finding(figure: Figure, profile: str, judgement: Judgement, rule: FleetRule, outlier: Outlier) -> Finding:
@@ -330,8 +461,9 @@ def _node_finding(figure: Figure, profile: str, judgement: Judgement, rule: Flee
         return _hot_finding(figure, profile, judgement, rule, outlier)
     sample = outlier.sample
     where = f"GPU{sample.gpu}: " if sample.gpu is not None else ""
-    threshold = (f"FAIL at {rule.fail_pct:g}% below or robust z <= -{rule.fail_z:g}" if outlier.verdict is Verdict.FAIL
-                 else f"WARN at {rule.warn_pct:g}% below or robust z <= -{rule.warn_z:g}")
+    threshold = (f"FAIL at {rule.fail_pct:g}% below, or robust z <= -{rule.fail_z:g} with {rule.fail_min_pct:g}% below"
+                 if outlier.verdict is Verdict.FAIL else
+                 f"WARN at {rule.warn_pct:g}% below, or robust z <= -{rule.warn_z:g} with {rule.z_min_pct:g}% below")
     floor = round(judgement.median * (1 - rule.warn_pct / 100), 3)
     return Finding(
         CHECK_ID, outlier.verdict,
@@ -340,7 +472,7 @@ def _node_finding(figure: Figure, profile: str, judgement: Judgement, rule: Flee
         f"{threshold}. It may still meet the profile's floor ({figure.source_check}); a straggler holds back every "
         f"synchronous step of a job: {figure.hint}", node=sample.node, observed=f"{sample.value:g} {figure.unit}",
         expected=f">= {floor:g} {figure.unit}, robust z > -{rule.warn_z:g}", gpu=sample.gpu,
-        remediation=Remediation.INVESTIGATE, profile=profile)
+        remediation=Remediation.INVESTIGATE, profile=_stamp(profile))
 
 
 def _hot_finding(figure: Figure, profile: str, judgement: Judgement, rule: FleetRule, outlier: Outlier) -> Finding:
@@ -357,7 +489,7 @@ def _hot_finding(figure: Figure, profile: str, judgement: Judgement, rule: Fleet
         f"{_population(judgement, figure, profile)} ({judgement.median:g} {figure.unit}; {_z_text(outlier.z)}): "
         f"{threshold}: {figure.hint}", node=sample.node, observed=f"{sample.value:g} {figure.unit}",
         expected=f"<= {ceiling:g} {figure.unit}, robust z < +{rule.warn_z:g}", gpu=gpu,
-        remediation=Remediation.INVESTIGATE, profile=profile)
+        remediation=Remediation.INVESTIGATE, profile=_stamp(profile))
 
 
 def judge_with_baseline(samples: Sequence[Sample], peers: Sequence[Sample], rule: FleetRule,
@@ -390,24 +522,33 @@ def evaluate_fleet(nodes: Sequence[NodeResult], rules: Optional[Mapping[str, Map
     base_nodes = list(baseline.nodes) if baseline is not None else []
     for figure in (f for template in FIGURES for f in expand(template, nodes)):
         peers = samples_of(figure, base_nodes) if baseline is not None else {}
-        for profile, samples in sorted(samples_of(figure, nodes).items()):
+        for profile, node, gpu, value in non_finite(figure, nodes):
+            if rule_for(rules.get(profile), figure.id, figure.default_rule) is not None:
+                per_node[node].append(Finding(
+                    CHECK_ID, Verdict.ERROR, f"{f'GPU{gpu}: ' if gpu is not None else ''}{figure.what} is {value}: "
+                    f"not a measurement, not judged against its peers ({figure.source_check} printed it)",
+                    node=node, gpu=gpu, observed=str(value), reason=ErrorReason.UNPARSEABLE,
+                    remediation=Remediation.INVESTIGATE, profile=profile))
+        for (profile, group), samples in sorted(peer_groups(figure, nodes).items()):
             rule = rule_for(rules.get(profile), figure.id, figure.default_rule)
             if rule is None:
                 continue
-            judgement = judge(samples, rule, figure.higher_is_better)
-            if judgement.median is None and peers.get(profile) and baseline is not None:
+            judgement = judge_split(samples, rule, figure.higher_is_better)
+            if judgement.median is None and peers.get(profile) and baseline is not None and not group:
                 judgement = judge_with_baseline(samples, peers[profile], rule, baseline.run_id,
                                                 figure.higher_is_better)
-            cluster.append(_cluster_finding(figure, profile, judgement, rule, samples))
+            label = f"{profile} {PEER_GROUP} {group}" if group else profile
+            cluster.append(_cluster_finding(figure, label, judgement, rule, samples))
             for outlier in judgement.outliers:
-                per_node[outlier.sample.node].append(_node_finding(figure, profile, judgement, rule, outlier))
+                per_node[outlier.sample.node].append(_node_finding(figure, label, judgement, rule, outlier))
     updated = [n.with_findings(per_node[n.name]) if n.name in per_node else n for n in nodes]
     return updated, cluster
 
 
 def _doc() -> str:
-    """The ``checks show fleet.performance`` text, from the figures and default rule above."""
+    """The ``checks show fleet.performance`` text, from the figures and their default rules above."""
     rule = DEFAULT_RULE
+
     def scope(figure: Figure) -> str:
         if figure.per_path and figure.key_format != Figure.key_format:
             return ", per GPU slot: each GPU among the same GPU of the other nodes"
@@ -415,41 +556,52 @@ def _doc() -> str:
             return ", per path: each path among the nodes that measured it"
         return ", per GPU" if figure.per_gpu else ""
 
-    def own_rule(figure: Figure) -> str:
-        if figure.higher_is_better and figure.default_rule == rule:
-            return ""
+    def bands(figure: Figure) -> str:
         r = figure.default_rule
-        fail = "never FAIL" if r.fail_pct >= 100 else f"FAIL at {r.fail_pct:g}%"
-        return (f"; lower is better: WARN at {r.warn_pct:g}% above the median or z >= +{r.warn_z:g} (with "
-                f"{r.z_min_pct:g}% above), {fail} by default")
+        if not figure.higher_is_better:
+            fail = "never FAIL" if r.fail_pct >= 100 else f"FAIL at {r.fail_pct:g}%"
+            return (f"lower is better: WARN at {r.warn_pct:g}% above the median or z >= +{r.warn_z:g} (with "
+                    f"{r.z_min_pct:g}% above), {fail}")
+        return f"WARN at {r.warn_pct:g}%, FAIL at {r.fail_pct:g}% below the median"
 
-    figures = "; ".join(f"``{f.id}`` {f.what} ({f.unit}, from {f.source_check}{scope(f)}{own_rule(f)})"
-                        for f in FIGURES)
+    figures = "; ".join(f"``{f.id}`` {f.what} ({f.unit}, from {f.source_check}{scope(f)}): {bands(f)}, from "
+                        f"{f.source}" for f in FIGURES)
     paragraphs = (
-        "Judges each measured figure of a node against its peers: the nodes of the same profile in this run. "
-        f"Figures: {figures}. Each figure is judged at every level that measured it.",
+        "Judges each measured figure of a node against its peers: the nodes of the same profile in this run (and of "
+        f"the same host var ``{PEER_GROUP}`` where nodes set one). Figures, each with its default percentages and "
+        f"where they come from: {figures}. Each figure is judged at every level that measured it: ``dcgm_gflops`` "
+        "at standard from DCGM's GEMM plugin run alone (dcgm.gemm, 60 s), at full from r3.",
         "Rule (higher is better): with the median and the MAD (median absolute deviation) of the figure over the "
-        "profile's nodes (over their GPUs for a per-GPU figure), a value is FAIL when it is ``fail_pct`` (default "
-        f"{rule.fail_pct:g}%) or more below the median or its robust z = 0.6745 (x - median) / MAD is <= -``fail_z`` "
-        f"(default {rule.fail_z:g}); WARN at ``warn_pct`` ({rule.warn_pct:g}%) or -``warn_z`` ({rule.warn_z:g}). "
-        f"A z counts only when the value is also ``z_min_pct`` ({rule.z_min_pct:g}%) or more below the median (a "
-        "spread under the tools' repeatability would make noise an outlier). MAD 0 (every node alike): the percent "
-        f"rule alone. Fewer than ``min_nodes`` ({rule.min_nodes}) nodes: judged among the nodes of the same "
-        "profile in the accepted run that ``validate --baseline RUN_DIR`` names, when together they are enough; "
-        "else SKIP, saying so, never PASS.",
-        "Findings: per figure and profile a cluster finding (median, MAD, lowest and highest, each node's value in "
-        "``observed``, its slowest GPU's for a per-GPU figure) naming every outlier; on each outlier node a WARN "
-        "or FAIL (INVESTIGATE) with its figure, the "
-        "median, and the deviation in % and in z, by GPU for a per-GPU figure. A figure below the profile's floor "
-        "is also its own check's FAIL.",
-        "Thresholds: the profile's ``fleet`` section, e.g. ``fleet: {min_nodes: 10, warn_pct: 3, fail_pct: 6, "
-        "figures: {dcgm_gflops: {fail_z: 4}, nccl_busbw: {enabled: false}}}``.",
-        "Sources: Azure's published HPC/AI node-validation rules warn at 3.5% and fail (file a Guest Health Report) "
-        "at 7% below the SKU's expected figure, and flag fleet outliers by a z-score or its robust median/MAD "
-        f"variant (0.6745), with ten or more nodes: {SOURCES[0]} ; per-SKU figures: {SOURCES[1]} . Here the "
-        "percentages are taken from the fleet's median rather than a datasheet figure (the profile's floors "
-        "already judge that), and the z thresholds are stricter (-3 and -5, not -2) because every outlier becomes "
-        "a finding.",
+        "profile's nodes (over their GPUs for a per-GPU figure), a value is FAIL when it is ``fail_pct`` or more "
+        "below the median, or when its robust z = 0.6745 (x - median) / MAD is <= -``fail_z`` (default "
+        f"{rule.fail_z:g}) and it is also ``fail_min_pct`` ({rule.fail_min_pct:g}%) or more below the median; WARN "
+        f"at ``warn_pct``, or at z <= -``warn_z`` ({rule.warn_z:g}), or at z <= -``fail_z`` nearer than "
+        f"``fail_min_pct``. A z counts only when the value is also ``z_min_pct`` ({rule.z_min_pct:g}%) or more below "
+        "the median. The two guards are nvdeploy's own: nccl-tests at 8 GiB and DCGM's GEMM repeat within about "
+        "1-2% on one node, so in a fleet spread tighter than that a z names noise, and a FAIL needs a deviation a "
+        "re-test would not undo. MAD 0 (every node alike): the percent rule alone. NaN or infinite values are "
+        "ERROR (UNPARSEABLE) on their node, never judged. Fewer than ``min_nodes`` "
+        f"({rule.min_nodes}) nodes: judged among the nodes of the same profile in the accepted run that ``validate "
+        "--baseline RUN_DIR`` names, when together they are enough; else SKIP, saying so, never PASS.",
+        "Two populations: when a profile's values fall in two groups (sorted, the widest gap between neighbours "
+        f"is at least ``warn_pct`` of the median and {SPLIT_GAP_MADS:g} times either group's MAD, with at least "
+        f"{SPLIT_MIN_NODES} nodes in each), the cluster finding is WARN naming both, and each group is judged "
+        f"among itself. Nodes that differ by design (two NIC speeds, two storage tiers) get host var "
+        f"``{PEER_GROUP}: <name>`` (or a profile each); each group is then judged apart.",
+        "Findings: per figure and profile (and peer group) a cluster finding (median, MAD, lowest and highest, each "
+        "node's value in ``observed``, its slowest GPU's for a per-GPU figure) naming every outlier; on each outlier "
+        "node a WARN or FAIL (INVESTIGATE) with its figure, the median, and the deviation in % and in z, by GPU for "
+        "a per-GPU figure. A figure below the profile's floor is also its own check's FAIL.",
+        "Thresholds: the profile's ``fleet`` section, over each figure's defaults, e.g. ``fleet: {min_nodes: 10, "
+        "warn_z: 2, figures: {dcgm_gflops: {warn_pct: 3.5, fail_pct: 7}, nccl_busbw: {enabled: false}}}``.",
+        "Sources: Azure's cluster_outlier_detection (" + SOURCES[0] + ") flags a node by its z-score, or the "
+        "robust variant 0.6745 (x - median) / MAD, \"< -1.5 Monitor, < -2.0 Investigate, < -3.0 Drain\", with ten "
+        "or more nodes; nvdeploy's WARN (INVESTIGATE) is its Investigate and its FAIL its Drain (Monitor is not a "
+        "finding), with the two guards above, which Azure does not have. Azure's sku_performance_baseline ("
+        + SOURCES[1] + ") gives per-SKU bands below the expected figure: GPU GEMM (ubergemm, 60 s) Warn < 3.5%, "
+        "GHR < 7% (H100 ~769 GFlops/GPU, < 742, < 715); H100 NCCL all_reduce busbw (16 G) ~450 GB/s, Warn < 400, "
+        "GHR < 300. Here the percentages are taken from the fleet's median rather than the expected figure (the "
+        "profile's floors judge that).",
     )
     return "\n\n".join(textwrap.fill(p, 116, break_long_words=False, break_on_hyphens=False) for p in paragraphs)
 

@@ -4,10 +4,15 @@ nvdeploy/phases/imex.py). Remediations follow NVIDIA's "IMEX Service for NVLink 
 (docs.nvidia.com/multi-node-nvlink-systems/imex-guide).
 
 Which nodes run IMEX on the host: ``collect.stack_commands.imex_mode`` (host var ``imex``, else a profile with an
-NVLink domain). Where Kubernetes runs it (the NVIDIA DRA driver's ComputeDomains start an IMEX daemon per domain in
-pods, and the host service must stay off) both checks are SKIP with that reason, never FAIL: declared with the host
-var ``imex: dra``, or seen on the node as the DRA driver's compute-domain kubelet plugin folder while the host
-service is not running (with the host service running, the DRA driver uses the host's daemon and it is judged).
+NVLink domain). Where Kubernetes runs it (declared with the host var ``imex: dra``, or seen on the node as the NVIDIA
+DRA driver's compute-domain kubelet plugin folder): in the driver's default mode its ComputeDomains start an IMEX
+daemon per domain in pods, and the host ``nvidia-imex.service`` must be disabled and masked (k8s-dra-driver-gpu
+docs/prerequisites.md: ``systemctl disable --now nvidia-imex.service && systemctl mask nvidia-imex.service``): a
+running host daemon takes the IMEX session the ComputeDomain daemons need. So a host service that is active FAILs,
+one that is off but not masked WARNs, and off and masked (or not installed) is SKIP, the daemons being Kubernetes'.
+The exception is the DRA driver's host-managed mode (``resources.computeDomains.imex.mode=hostManaged``, feature
+gate HostManagedIMEXDaemon, DRA driver 0.5.0), where the host service is the domain's daemon: declare it with
+``imex: host`` and the host daemon is judged as on any tray.
 """
 
 from __future__ import annotations
@@ -34,12 +39,26 @@ from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
 DAEMON_CHECK = "imex.daemon"
 DOMAIN_CHECK = "imex.domain"
 SERVICE = "imex_service"  # nvdeploy/collect/stack.py
+UNIT = "imex_unit"
 QUERY = "imex_query"
 FILES = "imex_files"
 GUIDE = "NVIDIA IMEX guide"
-DRA_SKIP = ("IMEX is managed by Kubernetes: the NVIDIA DRA driver's compute-domain kubelet plugin is on this node and "
-            "the host nvidia-imex service is {state}; the ComputeDomain's own IMEX daemons serve it (judge them with "
-            "kubectl get computedomains)")
+DRA_SKIP = ("IMEX is managed by Kubernetes ({why}): the host nvidia-imex service is {state} and {unit}, as the DRA "
+            "driver needs; the ComputeDomain's own IMEX daemons serve it (judge them with kubectl get computedomains)")
+DRA_DOC = ("k8s-dra-driver-gpu docs/prerequisites.md: systemctl disable --now nvidia-imex.service && systemctl mask "
+           "nvidia-imex.service")
+HOST_MANAGED = ("if this cluster runs the DRA driver's host-managed IMEX (resources.computeDomains.imex.mode="
+                "hostManaged), declare the host var imex: host and the host daemon is judged instead")
+_RUNNING = ("active", "activating", "reloading", "refreshing", "deactivating")
+
+
+def dra_managed(host_vars: object, dra_plugin_seen: bool) -> bool:
+    """Whether Kubernetes runs this node's IMEX daemons: declared (``imex: dra``), or the DRA driver's
+    compute-domain kubelet plugin seen on a node not declared host-managed (``imex: true`` / ``host``)."""
+    declared = host_vars.get("imex") if hasattr(host_vars, "get") else None
+    if declared == IMEX_DRA:
+        return True
+    return dra_plugin_seen and declared not in (True, IMEX_HOST)
 
 CLUSTER_CHECKS[DOMAIN_CHECK] = inspect.cleandoc(f"""Runs ``nvidia-imex-ctl -N -j`` (timeout 30 s, host var
     ``imex_timeout``) on one tray per IMEX domain, the first in inventory order whose imex.daemon passed (the next one
@@ -60,11 +79,12 @@ CLUSTER_CHECKS[DOMAIN_CHECK] = inspect.cleandoc(f"""Runs ``nvidia-imex-ctl -N -j
     management network and port 50000 between the trays, and ``journalctl -u nvidia-imex``.""")
 
 
-@register(DAEMON_CHECK, collectors=(SERVICE, QUERY, FILES))
+@register(DAEMON_CHECK, collectors=(SERVICE, UNIT, QUERY, FILES), optional=(UNIT,))
 def imex_daemon(ctx: NodeContext) -> list[Finding]:
-    """Runs ``systemctl is-active nvidia-imex``, ``nvidia-imex-ctl -q`` and one ``find`` over the IMEX channel
-    device and ``/etc/nvidia-imex/nodes_config.cfg`` (its sha256 goes to imex.domain), 20 s each, on trays of a
-    multi-node NVLink domain (profile ``nvlink_domain``) or hosts with ``imex: true``.
+    """Runs ``systemctl is-active nvidia-imex``, ``systemctl is-enabled nvidia-imex``, ``nvidia-imex-ctl -q`` and
+    one ``find`` over the IMEX channel device, ``/etc/nvidia-imex/nodes_config.cfg`` (its sha256 goes to
+    imex.domain) and the DRA driver's compute-domain kubelet plugin folder, 20 s each, on trays of a multi-node
+    NVLink domain (profile ``nvlink_domain``) or hosts with ``imex: true`` (all but the query with ``imex: dra``).
 
     PASS: the service is active, the daemon answers READY and ``/dev/nvidia-caps-imex-channels/channel0`` exists as
     a character device. FAIL: the service is not active (``systemctl enable --now nvidia-imex``; REINSTALL when it
@@ -72,14 +92,19 @@ def imex_daemon(ctx: NodeContext) -> list[Finding]:
     waits for its peers: see imex.domain) or has no node list (write ``nodes_config.cfg``), or the channel is missing
     (load the nvidia module with ``NVreg_CreateImexChannel0=1``, or ``mknod`` it with the major of
     ``nvidia-caps-imex-channels`` in /proc/devices). NVIDIA IMEX guide: "Getting Started with IMEX" and "IMEX
-    Channels". ERROR: a tool missing, hung or answering something else. SKIP: IMEX managed by Kubernetes (host var
-    ``imex: dra``, or the DRA driver's compute-domain kubelet plugin present while the host service is off). No
-    finding at all on a node that is not an NVLink domain tray (HGX, PCIe) and has no host var ``imex``.
+    Channels". ERROR: a tool missing, hung or answering something else. No finding at all on a node that is not an
+    NVLink domain tray (HGX, PCIe) and has no host var ``imex``.
+
+    Where Kubernetes runs IMEX (host var ``imex: dra``, or the DRA driver's compute-domain kubelet plugin on a node
+    not declared ``imex: host``), the host service must be off and masked (k8s-dra-driver-gpu
+    docs/prerequisites.md): FAIL (TUNE) when it is active, as it takes the IMEX session the ComputeDomain daemons
+    need (``systemctl disable --now nvidia-imex.service && systemctl mask nvidia-imex.service``); WARN when it is
+    off but not masked (enabled, it starts at the next boot); SKIP when off and masked or not installed. The DRA
+    driver's host-managed mode (``resources.computeDomains.imex.mode=hostManaged``) is the exception: declared
+    ``imex: host``, the host daemon is judged as above.
     """
-    mode, why = imex_mode(ctx.host_vars, ctx.profile)
-    if mode == IMEX_DRA:
-        return [ctx.finding(DAEMON_CHECK, Verdict.SKIP, why)]
-    if mode != IMEX_HOST:
+    mode, _ = imex_mode(ctx.host_vars, ctx.profile)
+    if mode not in (IMEX_HOST, IMEX_DRA):
         return []  # not an NVLink domain tray (an HGX or PCIe node): IMEX does not apply, so nothing is said
     gated = raw_gate(ctx, DAEMON_CHECK, SERVICE, "systemctl", "not a systemd host; check the nvidia-imex daemon by "
                      "hand", Remediation.INVESTIGATE)
@@ -90,8 +115,10 @@ def imex_daemon(ctx: NodeContext) -> list[Finding]:
         return [ctx.finding(DAEMON_CHECK, Verdict.ERROR, f"systemctl is-active nvidia-imex answered "
                             f"{first_line(ctx, SERVICE)!r}", reason=ErrorReason.UNPARSEABLE, collector=SERVICE)]
     files = ctx.facts.get("imex_files")
-    if files is not None and files.kind(IMEX_DRA_PLUGIN_DIR) is not None and state != "active":
-        return [ctx.finding(DAEMON_CHECK, Verdict.SKIP, DRA_SKIP.format(state=state), collector=FILES)]
+    seen = files is not None and files.kind(IMEX_DRA_PLUGIN_DIR) is not None
+    if dra_managed(ctx.host_vars, seen):
+        said = "host var imex: dra" if mode == IMEX_DRA else "the DRA driver's compute-domain kubelet plugin is here"
+        return [_dra(ctx, state, said)]
     findings: list[Finding] = []
     if state != "active":
         findings.append(ctx.finding(
@@ -108,9 +135,31 @@ def imex_daemon(ctx: NodeContext) -> list[Finding]:
                         observed=READY, expected=READY, collector=QUERY)]
 
 
+def _dra(ctx: NodeContext, state: str, why: str) -> Finding:
+    """The host service of a node whose IMEX daemons the DRA driver runs: off and masked."""
+    unit = ctx.facts.get("imex_unit")
+    if state in _RUNNING:
+        return ctx.finding(DAEMON_CHECK, Verdict.FAIL, f"IMEX is managed by Kubernetes ({why}) but the host "
+                           f"nvidia-imex service is {state}: it takes the IMEX session the ComputeDomain's daemons "
+                           f"need, so multi-node NVLink memory in pods fails ({DRA_DOC}); {HOST_MANAGED}",
+                           observed=f"{state}, {unit or 'unit state unknown'}", expected="inactive, masked",
+                           remediation=Remediation.TUNE, collector=SERVICE)
+    if unit in ("masked", "masked-runtime", "not-found"):
+        return ctx.finding(DAEMON_CHECK, Verdict.SKIP, DRA_SKIP.format(why=why, state=state, unit="masked" if
+                                                                       unit != "not-found" else "not installed"),
+                           collector=UNIT)
+    what = ("enabled: it starts again at the next boot" if unit and unit.startswith("enabled") else
+            f"{unit}, not masked: a package upgrade or another unit can start it" if unit else
+            "its unit state unknown (systemctl is-enabled not read)")
+    return ctx.finding(DAEMON_CHECK, Verdict.WARN, f"IMEX is managed by Kubernetes ({why}); the host nvidia-imex "
+                       f"service is {state} but {what}, and a running host daemon takes the session the "
+                       f"ComputeDomain's daemons need ({DRA_DOC})", observed=f"{state}, {unit or 'unknown'}",
+                       expected="inactive, masked", remediation=Remediation.TUNE, collector=UNIT)
+
+
 def _query(ctx: NodeContext) -> list[Finding]:
     gated = raw_gate(ctx, DAEMON_CHECK, QUERY, "nvidia-imex-ctl", "install the nvidia-imex package of the driver's "
-                     "branch (nvidia-imex-<branch>)")
+                     "branch (nvidia-imex from R580, nvidia-imex-<branch> before)")
     if gated:
         return gated
     answer = ctx.facts.get("imex_query")
@@ -235,4 +284,5 @@ def not_asked(domain: str, trays: Sequence[Tray], why: str, reason: ErrorReason)
                    f"{why}", reason=reason, remediation=Remediation.INVESTIGATE)
 
 
-__all__ = ["DAEMON_CHECK", "DOMAIN_CHECK", "IMEX_DRA", "Tray", "imex_daemon", "judge_domain", "not_asked"]
+__all__ = ["DAEMON_CHECK", "DOMAIN_CHECK", "IMEX_DRA", "Tray", "dra_managed", "imex_daemon", "judge_domain",
+           "not_asked"]

@@ -7,8 +7,10 @@ older log was not read, and a cut log without events is WARN, not a clean PASS (
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from functools import lru_cache
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from nvdeploy.checks.registry import NodeContext, register
 from nvdeploy.config.builtin import data_dir
@@ -17,6 +19,8 @@ from nvdeploy.results import CommandResult, ErrorReason, Finding, Remediation, V
 
 KMSG = "kmsg"
 MIB = 1024 * 1024
+# A PCI address as the kernel log (``0000:2a:00``) and nvidia-smi (``00000000:2A:00.0``) print it.
+_PCI = re.compile(r"(?:([0-9a-f]{1,8}):)?([0-9a-f]{2}):([0-9a-f]{2})(?:\.[0-7])?")
 FABRIC_ACTION = ("drain the node, reset the NVSwitch fabric (reboot the node, or stop nvidia-fabricmanager and reset "
                  "all GPUs and NVSwitches), and have the baseboard serviced if the SXid recurs")
 
@@ -74,6 +78,27 @@ def kmsg_gate(ctx: NodeContext, check_id: str) -> Optional[list[Finding]]:
     return None
 
 
+def pci_key(address: Optional[str]) -> Optional[tuple[int, int, int]]:
+    """(domain, bus, device) of a PCI address, whichever way the tool printed it; None when it is not one."""
+    match = _PCI.fullmatch((address or "").strip().lower())
+    if match is None:
+        return None
+    return int(match.group(1) or "0", 16), int(match.group(2), 16), int(match.group(3), 16)
+
+
+def gpu_of_pci(ctx: NodeContext) -> Callable[[Optional[str]], Optional[int]]:
+    """The index of the GPU at a PCI address, among the GPUs nvidia-smi (or the probe) listed; None for an address
+    none of them has (a GPU the driver no longer lists, fallen off the bus) and when nvidia-smi was not read."""
+    smi = ctx.facts.get("smi")
+    by_address = {pci_key(getattr(g, "pci_bus_id", None)): g.index for g in getattr(smi, "gpus", None) or ()}
+    by_address.pop(None, None)
+    return lambda address: by_address.get(pci_key(address))
+
+
+def _or(value: Optional[int], default: int) -> int:
+    return default if value is None else value
+
+
 def _with_note(summary: str, note: Optional[str]) -> str:
     return f"{summary} [{note}]" if note else summary
 
@@ -95,7 +120,9 @@ def xid_events(ctx: NodeContext) -> list[Finding]:
 
     Each Xid is judged by checks/xid.yaml: 79 (fell off the bus), 48 (double-bit ECC), 64 (row remap failure),
     74 (NVLink), 95 (uncontained ECC) and others FAIL with their action; 13/31/43/45 are usually application
-    faults and only WARN; an Xid not in the table is WARN/INVESTIGATE. The Xid lines are quoted as evidence.
+    faults and only WARN; an Xid not in the table is WARN/INVESTIGATE. One finding per Xid and GPU, naming the GPU
+    whose PCI address its lines name (as nvidia-smi lists the node's GPUs), so that a waiver can name the GPU or the
+    Xid (``xid_codes``) and a waived Xid 13 never hides an Xid 79. The Xid lines are quoted as evidence.
     A log over the capture cap keeps its newest part: the findings say how much older log was not read, and no
     Xid in a cut log is WARN (INVESTIGATE), not PASS.
 
@@ -110,16 +137,24 @@ def xid_events(ctx: NodeContext) -> list[Finding]:
     facts = ctx.facts[KMSG]
     version, catalog = xid_catalog()
     findings = _init_failures(ctx, facts, note)
+    gpu_of = gpu_of_pci(ctx)
     for xid, count in sorted(((int(k), v) for k, v in facts.xid_counts.items())):
         entry = catalog.get(xid, {"severity": "WARN", "action": "INVESTIGATE", "text": "Xid not in the catalog"})
-        events = [e for e in facts.xid_events if e.xid == xid]
-        pcis = sorted({e.pci for e in events if e.pci})
-        first = events[0].line.strip()[:300] if events else ""
-        where = f" on {', '.join(pcis)}" if pcis else ""
-        findings.append(ctx.finding("kmsg.xid", Verdict(entry["severity"]),
-                                    _with_note(f"Xid {xid} x{count}{where}: {entry['text']}. First: {first}", note),
-                                    observed=f"Xid {xid} x{count}", expected="no critical Xid",
-                                    remediation=Remediation(entry["action"]), collector=KMSG))
+        by_address: dict[Optional[str], list[Any]] = {}
+        for event in (e for e in facts.xid_events if e.xid == xid):
+            by_address.setdefault(event.pci, []).append(event)
+        # In GPU order, the lines of an address no listed GPU has after them; one finding for a count without lines.
+        ordered = sorted(by_address.items(), key=lambda item: (_or(gpu_of(item[0]), 1 << 16), item[0] or ""))
+        for pci, events in ordered or [(None, [])]:
+            gpu = gpu_of(pci)
+            times = len(events) or count
+            first = events[0].line.strip()[:300] if events else ""
+            where = (f" on {pci}" if pci else "") + (f" (GPU{gpu})" if gpu is not None else "")
+            finding = ctx.finding("kmsg.xid", Verdict(entry["severity"]),
+                                  _with_note(f"Xid {xid} x{times}{where}: {entry['text']}. First: {first}", note),
+                                  observed=f"Xid {xid} x{times}", expected="no critical Xid", gpu=gpu,
+                                  remediation=Remediation(entry["action"]), collector=KMSG)
+            findings.append(replace(finding, code=xid))
     if findings:
         return findings
     return _nothing_found(ctx, "kmsg.xid", f"Xid events (Xid catalog {version})", note)

@@ -35,8 +35,8 @@ def uptime_s(ctx: NodeContext) -> Optional[float]:
 
 
 def _since_boot(seconds: Optional[float]) -> str:
-    if seconds is None:
-        return "time since boot unknown"
+    if seconds is None:  # the uptime collector failed, or a pasted capture (nvdeploy parse) has none
+        return "time since boot unknown: /proc/uptime not read"
     minutes = int(seconds // 60)
     return f"{minutes // 60} h {minutes % 60} min after boot" if minutes >= 60 else f"{seconds:.0f} s after boot"
 
@@ -47,7 +47,12 @@ def _fabric_problems(gpu: Any) -> list[str]:
     if gpu.fabric_status != "Success":
         problems.append(f"status {gpu.fabric_status or 'not reported'}")
     if not gpu.fabric_clique_id:
-        problems.append("cliqueId " + ("0" if gpu.fabric_clique_id == 0 else "not reported"))
+        # NVIDIA's DRA driver takes any cliqueId as the partition index; nvdeploy, an acceptance gate, FAILs 0: no
+        # registered GPU in a capture has it (GB200 2, GB300 32766), it comes with failed registrations (Azure's
+        # image validation, azhpc-images pull request 506, fails it), and a real partition 0 can be waived.
+        problems.append("cliqueId " + ("0 (seen only on registrations that failed; waive nvlink.fabric if this "
+                                       "NVLink partition is numbered 0)" if gpu.fabric_clique_id == 0
+                                       else "not reported"))
     uuid = (gpu.fabric_cluster_uuid or "").strip().lower()
     if not uuid or ZERO_UUID.fullmatch(uuid):
         problems.append(f"clusterUuid {uuid or 'not reported'}" + (" (all zero)" if uuid else ""))
@@ -61,7 +66,7 @@ def _fabric_problems(gpu: Any) -> list[str]:
     return problems
 
 
-@register(FABRIC, collectors=(SMI, UPTIME))
+@register(FABRIC, collectors=(SMI, UPTIME), optional=(UPTIME,))
 def nvlink_fabric(ctx: NodeContext) -> list[Finding]:
     """Reads each GPU's NVLink fabric block (``nvidia-smi -q -x`` ``<fabric>``, or NVML
     ``nvmlDeviceGetGpuFabricInfoV`` through the probe, whichever supplied the GPU facts) and ``/proc/uptime``, on
@@ -72,7 +77,9 @@ def nvlink_fabric(ctx: NodeContext) -> list[Finding]:
     recovery or incorrect configuration. A tray whose GPUs did not register runs single-node jobs and fails every
     multi-node NVLink job.
 
-    FAIL (naming the GPU): ``Completed`` with another status or an all-zero clusterUuid or cliqueId 0; an unhealthy
+    FAIL (naming the GPU): ``Completed`` with another status or an all-zero clusterUuid or cliqueId 0 (NVIDIA's DRA
+    driver accepts 0 as a partition index, but no registered GPU in a capture reports it and a fleet validation,
+    Azure's azhpc-images, fails it: waive the check where a partition is numbered 0); an unhealthy
     health block; no fabric state at all (``Not Supported`` / N/A) on a profile that expects a fabric. Remediation
     (ISOLATE the tray from multi-node NVLink jobs): see the NVIDIA GB200 NVL Multi-Node Tuning Guide and the NVLink
     chapter of the NVIDIA Mission Control manual: check the tray's NVLink cartridges and the switch trays' NMX
@@ -142,11 +149,14 @@ def nvlink_fabric(ctx: NodeContext) -> list[Finding]:
                         f"{', '.join(ids)}", observed=", ".join(ids), collector=SMI)]
 
 
-# nvmlGpuRecoveryAction_t as nvidia-smi names it -> (remediation, what to do).
+# nvmlGpuRecoveryAction_t by the names NVIDIA's documentation gives them (NVIDIA GPU Memory Error Management,
+# "Error Recovery and Response Flags": None, Reset, Reboot, Drain P2P, Drain and Reset) -> (remediation, what to
+# do). Only None is in a real capture.
 RECOVERY_ACTIONS = {
-    "GPU Reset": (Remediation.RESET_GPU, "drain the node and reset the GPU (nvidia-smi -r -i <index>)"),
-    "Node Reboot": (Remediation.REBOOT, "drain the node and reboot it"),
-    "Drain P2P": (Remediation.ISOLATE, "stop peer-to-peer (NVLink) traffic to the GPU: drain its jobs"),
+    "Reset": (Remediation.RESET_GPU, "terminate the GPU's processes and reset it (nvidia-smi -r -i <index>)"),
+    "Reboot": (Remediation.REBOOT, "drain the node and reboot it (the fault may have left the OS inconsistent)"),
+    "Drain P2P": (Remediation.ISOLATE, "stop the GPU's peer-to-peer (NVLink) traffic: drain its jobs, disable UVM "
+                  "persistence mode, then read the recovery action again"),
     "Drain and Reset": (Remediation.RESET_GPU, "drain the node's jobs, then reset the GPU"),
 }
 RECOVERY_DOC = ("NVML API reference, nvmlGpuRecoveryAction_t (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION), and the NVIDIA "
@@ -159,9 +169,10 @@ def gpu_recovery_action(ctx: NodeContext) -> list[Finding]:
     ``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`` through the probe): the driver's own verdict of what the GPU needs
     before it is usable again, on drivers that report it (the R580 GB200/GB300 captures do).
 
-    PASS: ``None`` on every GPU. FAIL naming the GPU, with that action as the remediation: ``GPU Reset``
-    (RESET_GPU), ``Node Reboot`` (REBOOT), ``Drain P2P`` (ISOLATE: stop peer-to-peer traffic), ``Drain and
-    Reset`` (RESET_GPU after draining); what to do is in the NVML API reference (nvmlGpuRecoveryAction_t) and,
+    PASS: ``None`` on every GPU. FAIL naming the GPU, with that action as the remediation, by the names NVIDIA's
+    GPU memory error management guide gives them: ``Reset`` (RESET_GPU), ``Reboot`` (REBOOT), ``Drain P2P``
+    (ISOLATE: stop peer-to-peer traffic), ``Drain and Reset`` (RESET_GPU after draining); what to do is in that
+    guide ("Error Recovery and Response Flags"), the NVML API reference (nvmlGpuRecoveryAction_t) and,
     for the Xid that caused it, the NVIDIA GPU Debug Guidelines' Xid catalog. This catches a GPU that still needs
     a reset after an Xid the kernel-log scan missed (the log rotated, the message was cut). An action this check
     does not know is FAIL (INVESTIGATE). ERROR: the value could not be read, or one GPU does not report it while

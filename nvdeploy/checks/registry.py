@@ -46,6 +46,9 @@ class Check:
     collectors: tuple[str, ...]
     function: CheckFunction
     doc: str
+    # Of ``collectors``, those read only to say more (the time since boot), never to judge: a pasted output that
+    # lacks them is still judged (``nvdeploy parse``), and the finding says what was not there.
+    optional: tuple[str, ...] = ()
 
     def __call__(self, ctx: NodeContext) -> list[Finding]:
         return list(self.function(ctx))
@@ -55,13 +58,17 @@ class Check:
 _MARK = "__nvdeploy_check__"
 
 
-def register(check_id: str, collectors: Sequence[str] = ()) -> Callable[[CheckFunction], CheckFunction]:
-    """Declare ``function`` the check ``check_id`` (``domain.name``) reading ``collectors``. It only marks the
-    function: the catalog is built from an explicit list of modules (:func:`build_catalog`), never on import."""
+def register(check_id: str, collectors: Sequence[str] = (),
+             optional: Sequence[str] = ()) -> Callable[[CheckFunction], CheckFunction]:
+    """Declare ``function`` the check ``check_id`` (``domain.name``) reading ``collectors`` (``optional``: those of
+    them it judges without). It only marks the function: the catalog is built from an explicit list of modules
+    (:func:`build_catalog`), never on import."""
+    if not set(optional) <= set(collectors):
+        raise ValueError(f"{check_id}: optional collectors {sorted(set(optional) - set(collectors))} not collected")
 
     def wrap(function: CheckFunction) -> CheckFunction:
         setattr(function, _MARK, Check(check_id, check_id.split(".", 1)[0], tuple(collectors), function,
-                                       inspect.cleandoc(function.__doc__ or "")))
+                                       inspect.cleandoc(function.__doc__ or ""), tuple(optional)))
         return function
 
     return wrap
@@ -108,12 +115,17 @@ CLUSTER_CHECKS: dict[str, str] = {
         profiles with ``nvlink_domain`` (GB200/GB300 NVL72); nothing elsewhere.
         For each domain (the trays whose GPUs registered with one clusterUuid + cliqueId; named by their ``rack``),
         one mpirun of nccl-tests ``all_reduce_perf -b 8G -e 8G -g 1 -c 1`` over its trays that passed their own
-        checks, one rank per GPU, ``NCCL_MNNVL_ENABLE=1 NCCL_NVLS_ENABLE=1``; the domains run in parallel, each on
-        its own. PASS: busbw at 8 GiB >= the profile's ``nvlink_domain.all_reduce_busbw_gbps`` x ``floor_pct``
-        (gb200-nvl72: 840 x 95% = 798 GB/s, from a published full-rack run at 835-847 GB/s), #wrong 0. A domain
-        short of trays or with failed trays runs over the healthy ones and says which were left out. A low domain is
-        bisected within itself (as nccl.multinode): FAIL on the named tray and the domain, ERROR (inconclusive) on
-        its trays when not localised. With more than one domain, one more all_reduce over one healthy tray per
+        checks, one rank per GPU, ``NCCL_MNNVL_ENABLE=1 NCCL_NVLS_ENABLE=1`` and NCCL's own algorithm (no
+        ``NCCL_ALGO=RING``, not even on two trays); the domains run in parallel, each on its own. PASS: busbw at 8 GiB
+        >= the profile's ``nvlink_domain.all_reduce_busbw_gbps`` x ``floor_pct`` (gb200-nvl72: 840 x 95% = 798 GB/s,
+        from a published full-rack run at 835-847 GB/s), #wrong 0. The floor holds for a run of the size its figure
+        was measured on (``all_reduce_ranks``, default the whole domain: 72 ranks) only, as busbw depends on the
+        group size and NCCL's algorithm for it: a domain short of trays or with failed trays runs over the healthy
+        ones, says which were left out and is SKIP with its figure. A domain below its floor is localised by
+        comparing pairs of its trays with each other: a pair below 90% of the pairs' median is low and each of its
+        trays is re-tested with a tray of a good pair; FAIL on the tray low again and the domain, PASS (cleared) on
+        its partner and the others, ERROR (inconclusive) on the trays of a low pair the re-tests cleared or when no
+        pair is low. With more than one domain, one more all_reduce over one healthy tray per
         domain with ``NCCL_MNNVL_ENABLE=0 NCCL_NVLS_ENABLE=0`` (InfiniBand) against ``nccl.multinode_busbw_gbps``.
         SKIP "no floor in the profile" with the measured figure where the profile states no floor (gb300-nvl72:
         no public figure), never PASS. It groups what nvlink.fabric read: without it (``--checks nccl.domain`` alone)
@@ -130,14 +142,19 @@ CLUSTER_CHECKS: dict[str, str] = {
         from its first tray, one rank per GPU, of ``nvloom_cli -t bisect_device_to_device_write_sm`` (host var
         ``nvloom_testcases``; ``nvloom_dir`` its folder), timeout ``nvloom_timeout`` (300 s) and the global
         ``--deadline``; domains in parallel. PASS: every testcase done, every rank reported, no GPU without a
-        measurement and none below 90% of the median of its peers (nvloom states no absolute figure). FAIL naming
-        the tray and GPU that is low or has no measurement (ISOLATE), or the testcase nvloom stopped on. nvloom_cli
-        absent (exit 127, mpirun cannot find it): ERROR not_run on the domain's trays saying how to get it, never
-        PASS; a run cut off or short of ranks: ERROR.
+        measurement and no row below 90% of the median of its testcase's rows (nvloom states no absolute figure).
+        A bisect row ``i->peer`` is a pair (GPU i writes to GPU i + N/2, and the row ``peer->i`` back), so a low
+        pair is re-tested with ``nvloom_cli -t gpu_to_rack_device_to_device_unidir_write_sm`` (each GPU against
+        random peers, the median kept: nvloom's localising testcase) before a tray is named. FAIL naming the tray
+        and GPU low in both (ISOLATE), never its partner, or with no measurement, or the testcase nvloom stopped on;
+        ERROR (not localised) on the two trays of a low pair the re-test cleared or could not run. nvloom_cli
+        absent (exit 127, mpirun cannot find it): one ERROR not_run of the run saying how to get it, never PASS;
+        a run cut off or short of ranks: ERROR.
         Remediation: check the named tray's NVLink cabling and cartridges and the switch trays, then reset it.
 
-        Sources: github.com/NVIDIA/nvloom README (bisect testcase, one process per GPU) and its output format
-        strings (cli/util.cpp, cli/util.h, cli/nvloom_cli.cpp); no public capture of a real run was found."""),
+        Sources: github.com/NVIDIA/nvloom README (bisect for a quick test, gpu-to-rack for localising, one process
+        per GPU) and its print statements (cli/util.cpp, cli/util.h, cli/nvloom_cli.cpp, cli/testcases.cpp at commit
+        2e7b742); no public capture of a real run was found."""),
     "dcgm.mndiag": inspect.cleandoc("""DCGM's multi-node diagnostic (``dcgmi mndiag``, DCGM 4.3+, mnubergemm on
         GB200/GB300 NVL) across each multi-node NVLink domain, on profiles with ``nvlink_domain``; nothing elsewhere.
         The domains are nccl.domain's; per domain one ``dcgmi mndiag --hostList '<tray>;<tray>;...' --json`` on its

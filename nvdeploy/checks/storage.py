@@ -15,6 +15,7 @@ from nvdeploy.collect.storage_commands import (
     MAX_RUNTIME_S,
     PATH_SLACK_S,
     bounds,
+    shared_concurrency,
     storage_paths,
 )
 from nvdeploy.parsers.storage import PathResult, StorageRun
@@ -31,10 +32,11 @@ def floor_of(spec: Mapping[str, Any], direction: str) -> Optional[float]:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _direction_finding(ctx: NodeContext, path: PathResult, direction: str, floor: Optional[float]) -> Finding:
+def _direction_finding(ctx: NodeContext, path: PathResult, direction: str, floor: Optional[float],
+                       shared: str = "") -> Finding:
     step = path.step(direction)
     tool = path.tool or "?"
-    note = f" ({_DD_NOTE})" if tool == "dd" else ""
+    note = (f" ({_DD_NOTE})" if tool == "dd" else "") + shared
     label = f"{path.path} {direction}"
     if step is None or step.gbps is None:
         why = step.error if step is not None and step.error else "not measured"
@@ -82,7 +84,10 @@ def judge_path(ctx: NodeContext, path: Optional[PathResult], name: str, spec: Ma
     if path.status != "ok":
         return [ctx.finding(CHECK_ID, Verdict.ERROR, f"{name}: the storage script's answer for it is cut off",
                             reason=ErrorReason.INCOMPLETE, collector=COLLECTOR)]
-    return [_direction_finding(ctx, path, d, floor_of(spec, d)) for d in DIRECTIONS]
+    # A shared file system is measured a few nodes at a time (runner/engine.py): say so beside the figure.
+    shared = (f" (shared path: measured at most {shared_concurrency(ctx.host_vars)} node(s) at a time)"
+              if spec.get("shared") is True else "")
+    return [_direction_finding(ctx, path, d, floor_of(spec, d), shared) for d in DIRECTIONS]
 
 
 def storage_throughput(ctx: NodeContext) -> list[Finding]:
@@ -116,7 +121,11 @@ storage_throughput.__doc__ = f"""Runs one ``sh -c`` script on the node for the p
     ``timeout`` of ``storage_timeout`` s (default 2 x run time + {PATH_SLACK_S} = {_LIMIT} s); the whole command
     the sum of the paths' limits. Paths are arguments of the script, never shell text. The script's EXIT trap
     removes the file on every ending: done, its timeout, the batch's timeout, or the TERM of the batch watcher
-    (EOF, Ctrl-C, SIGTERM, ``--deadline``).
+    (EOF, Ctrl-C, SIGTERM, ``--deadline``); the next run removes a file a KILL left (its user's, older than
+    30 min). Reads are direct I/O (``--direct=1``, ``iflag=direct``), not the page cache of the file just written.
+    A path other nodes mount too (``shared: true``, e.g. ``{{/lustre: {{read_gbps: 5, shared: true}}}}``) is
+    measured by at most ``storage_concurrency`` nodes at a time (default 4, the run waits for a turn), so a
+    node's figure is its own and not its share of what every node pulls at once; its findings say so.
 
     PASS: each direction at or above the path's floor (``read_gbps`` / ``write_gbps`` in GB/s, 10^9 bytes/s); a
     direction without a floor is recorded, not judged. FAIL: below the floor, or the path does not exist or is not

@@ -10,7 +10,7 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import click
 
@@ -95,6 +95,13 @@ def _after_run(outcome: Any, baseline: Optional[Path], prometheus_file: Optional
 @click.option("--level", type=click.Choice(["quick", "standard", "full"]), default="quick", show_default=True,
               help="How deep to check: quick (seconds per node), standard (+ DCGM r2, single-node NCCL), "
               "full (+ DCGM r3, multi-node NCCL, IB). playbooks/validate.yaml lists the checks of each.")
+@click.option("--check", "check_ids", default=None, metavar="ID[,ID]",
+              help="Only these checks (ids or globs such as 'dcgm.*', comma-separated; see 'nvdeploy checks list'), "
+              "instead of the level's: e.g. --check dcgm.diag_r1 or --check dcgm.diag_r4.")
+@click.option("--playbook", "playbook_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A validate playbook of your own (its levels: lists), instead of playbooks/validate.yaml.")
+@click.option("--dry-run", "dry_run", is_flag=True, help="Print what would run where (checks, commands, heavy "
+              "tests, Slurm actions, the time budget) and start nothing on any node; write nothing.")
 @click.option("--burn-in", "burn_in", default=None, metavar="DURATION",
               help="Also repeat the heavy tests (DCGM diag, nccl-tests) under sustained load for DURATION (90s, "
               "30m, 4h) while temperature, clocks, throttle reasons, power and ECC are sampled (burnin.stability, "
@@ -135,7 +142,8 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
              progress_s: Optional[float] = None, allow_busy: bool = False, slurm: Any = None,
              eval_processes: Optional[int] = None, verbose: bool = False,
              failed_hosts_file: Optional[Path] = None, waivers_file: Optional[Path] = None,
-             burn_in: Optional[str] = None, burn_in_interval: Optional[float] = None) -> None:
+             burn_in: Optional[str] = None, burn_in_interval: Optional[float] = None,
+             check_ids: Optional[str] = None, playbook_file: Optional[Path] = None, dry_run: bool = False) -> None:
     """Validate every node of INVENTORY and write results.json, report.html and junit.xml.
 
     Exit 0 READY, 1 NOT_READY, 2 bad input, 3 INCOMPLETE (some node could not be checked), 130 interrupted.
@@ -154,10 +162,15 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
     inv, catalog = _load(inventory, limit)
     # A resumed run stays in its own folder, and its history is the one beside it (<state>/<cluster>/<run-id>).
     base = resume_dir.parent.parent if resume_dir is not None else state_dir(out_base).path
+    known = (*CHECKS, *CLUSTER_CHECKS)
     try:
-        checks = load_levels(known_checks=(*CHECKS, *CLUSTER_CHECKS))[level]
+        checks = load_levels(playbook_file, known_checks=known)[level]
     except ConfigError as exc:
         raise _fail(exc.render()) from None
+    except OSError as exc:
+        raise _fail(f"--playbook {playbook_file}: {exc.strerror}") from None
+    if check_ids is not None:
+        checks = _chosen_checks(check_ids, known)
     if burn_in_s is not None:
         from nvdeploy.checks.burnin import CHECK_IDS as BURNIN_CHECKS
 
@@ -170,7 +183,7 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
                             accept_new_host_keys=accept_new_host_keys, sudo_password=password, checks=checks,
                             multinode_pattern=nccl_pattern, allow_busy=allow_busy, eval_processes=eval_processes,
                             progress=progress_for(sys.stderr, quiet, progress_s), burn_in_s=burn_in_s,
-                            burn_in_interval_s=burn_in_interval)
+                            burn_in_interval_s=burn_in_interval, only_checks=check_ids is not None)
     if waivers_file is not None and resume_dir is not None:
         # The header of the run being resumed holds its waivers: the nodes already judged were judged with those.
         raise _fail("--waivers is given when a run starts; a resumed run keeps the waivers it started with")
@@ -178,6 +191,9 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
         options = dataclasses.replace(options, waivers=tuple(_waivers(waivers_file)))
     if baseline is not None:
         options = dataclasses.replace(options, fleet_baseline=str(baseline))
+    if dry_run:
+        _print_validate_plan(inv, catalog, options, level, slurm, resume_dir)
+        return
     _install_sigterm()
     plan = None
     if resume_dir is not None:
@@ -194,8 +210,9 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
                    f"{len(plan.todo)} of {len(plan.hosts)} node(s) left to check, {len(plan.kept)} kept "
                    f"(level {plan.level}, forks {forks})", err=True)
     else:
+        what = f"checks {', '.join(checks)}" if check_ids is not None else f"level {level}"
         click.echo(f"nvdeploy {__version__}: validating {len(inv.hosts)} node(s) of {inv.cluster} "
-                   f"(level {level}, forks {forks})", err=True)
+                   f"({what}, forks {forks})", err=True)
     try:
         if resume_dir is not None:
             outcome = resume_validate(resume_dir, inv, catalog, options, plan=plan)
@@ -211,6 +228,36 @@ def validate(inventory: Optional[str], resume_dir: Optional[Path], limit: Option
 
     print_run_end(outcome, diff_text, quiet, verbose, failed_hosts_file, _terminal_safe)
     raise click.exceptions.Exit(outcome.exit_code)
+
+
+def _chosen_checks(words: str, known: Sequence[str]) -> tuple[str, ...]:
+    """--check's ids and globs, in the catalog's order; one that names no check exits 2."""
+    import fnmatch
+
+    chosen: list[str] = []
+    for word in (w.strip() for w in words.split(",")):
+        if not word:
+            continue
+        matched = [c for c in known if fnmatch.fnmatchcase(c, word)]
+        if not matched:
+            raise _fail(f"--check: {word!r} names no check (see 'nvdeploy checks list')")
+        chosen += [c for c in matched if c not in chosen]
+    if not chosen:
+        raise _fail("--check: no check named")
+    return tuple(chosen)
+
+
+def _print_validate_plan(inv: Any, catalog: Any, options: Any, level: str, slurm: Any,
+                         resume_dir: Optional[Path]) -> None:
+    from nvdeploy.phases.validate_plan import SchedulerPlan, plan_lines
+
+    if resume_dir is not None:
+        raise _fail("--dry-run plans a new run; --resume finishes one")
+    scheduler = SchedulerPlan(drain_failed=slurm.drain_failed, drain_on_error=slurm.drain_on_error,
+                              resume_passed=slurm.resume_passed, maintenance_s=slurm.maintenance_s,
+                              via_slurm=slurm.via == "slurm")
+    for line in plan_lines(inv, catalog, options, level, scheduler):
+        click.echo(_terminal_safe(line))
 
 
 def _burn_in(value: Optional[str], interval: Optional[float], resume_dir: Optional[Path]) -> Optional[float]:
@@ -235,11 +282,12 @@ def _waivers(path: Path) -> list[Any]:
     stderr naming its file and line, and waives nothing (its findings count again)."""
     import nvdeploy.checks.cluster  # noqa: F401 - registers the cluster stage's own ids (consistency, fleet.drift)
     from nvdeploy.checks import CHECKS
+    from nvdeploy.checks.gpu_findings import GPU_CHECKS
     from nvdeploy.checks.registry import CLUSTER_CHECKS
     from nvdeploy.config.waivers import expired, load_waivers, today_utc
 
     try:
-        waivers = load_waivers(path, set(CHECKS) | set(CLUSTER_CHECKS))
+        waivers = load_waivers(path, set(CHECKS) | set(CLUSTER_CHECKS), GPU_CHECKS)
     except ConfigError as exc:
         raise _fail(exc.render()) from None
     for line in expired(waivers, today_utc()):

@@ -29,14 +29,20 @@ each under its own timeout, their outputs kept apart:
   DURATION_S has passed; a new iteration starts only before then, so the last one may run past the sampled window
   by up to one iteration. Output::
 
-      @@iteration <n> dcgm
+      @@iteration <n> dcgm <YYYY/MM/DD hh:mm:ss, the node's local time, as nvidia-smi's timestamps>
       <dcgmi JSON>
       @@rc <exit status>
-      @@iteration <n> nccl
+      @@iteration <n> nccl <time>
       <all_reduce_perf output>
       @@rc <exit status>
       ...
+      [@@abort <n>]      (n iterations in a row each ended within 5 s: a load failing at once, stopped)
+      @@end <time>
       @@done <iterations>
+
+  On exit it creates the run's done file (an argument, ``/tmp/nvdeploy-burnin-<random>.done``): the sampler,
+  given the same file, samples on past DURATION until it appears (at most to the load's limit) and removes it, so
+  the last iteration is watched to its end. The step times place each sample in its test (burnin.stability).
 
 - ``burnin_kmsg``: ``dmesg -k`` (the kernel's messages, where Xid lines are) in a batch of its own once the load has
   ended: the Xid events it shows that the light batch's ``dmesg`` did not are those of the burn-in.
@@ -48,6 +54,7 @@ its folder from the host vars, is ``"$@"`` inside the script, never shell text.
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import replace
 from typing import Any, Mapping, Optional, Sequence
 
@@ -80,7 +87,7 @@ SAMPLER_SLACK_S = 60.0
 SAMPLER_MAX_BYTES = 64 * 1024 * 1024
 LOAD_MAX_BYTES = 32 * 1024 * 1024
 
-SAMPLER_SCRIPT = r"""d=$1; ms=$2
+SAMPLER_SCRIPT = r"""d=$1; ms=$2; x=${3:-0}; done_file=${4:-}
 f=clocks_event_reasons.active
 nvidia-smi --query-gpu=$f --format=csv,noheader >/dev/null 2>&1 || f=clocks_throttle_reasons.active
 q=timestamp,index,temperature.gpu,clocks.sm,$f,power.draw,ecc.errors.uncorrected.volatile.total
@@ -90,27 +97,41 @@ p=$!
 trap 'kill $p 2>/dev/null' EXIT
 trap 'exit 143' HUP INT TERM
 sleep "$d"
+w=0
+while [ -n "$done_file" ] && [ ! -e "$done_file" ] && [ "$w" -lt "$x" ] && kill -0 $p 2>/dev/null; do
+  sleep 1; w=$((w+1))
+done
+[ -z "$done_file" ] || rm -f "$done_file" 2>/dev/null
 if kill -0 $p 2>/dev/null; then kill $p 2>/dev/null; wait $p; echo "@@end running"
 else wait $p; echo "@@end exited $?"; fi
 """
 
-LOAD_SCRIPT = r"""d=$1; lvl=$2; dt=$3; nt=$4; ic=$5; shift 5
+LOAD_SCRIPT = r"""d=$1; lvl=$2; dt=$3; nt=$4; ic=$5; done_file=$6; shift 6
 end=$(( $(date +%s) + d ))
-n=0
+n=0; quick=0
 trap 'exit 143' HUP INT TERM
+trap '[ "$done_file" = - ] || : > "$done_file"' EXIT
 while :; do
-  n=$((n+1))
-  echo "@@iteration $n dcgm"
+  n=$((n+1)); t0=$(date +%s)
+  echo "@@iteration $n dcgm $(date '+%Y/%m/%d %H:%M:%S')"
   if [ "$ic" = - ]; then timeout -k 10 "$dt" dcgmi diag -r "$lvl" -j
   else timeout -k 10 "$dt" dcgmi diag -r "$lvl" -j --ignoreErrorCodes "$ic"; fi
   echo "@@rc $?"
-  echo "@@iteration $n nccl"
+  echo "@@iteration $n nccl $(date '+%Y/%m/%d %H:%M:%S')"
   timeout -k 10 "$nt" "$@"
   echo "@@rc $?"
-  [ "$(date +%s)" -lt "$end" ] || break
+  now=$(date +%s)
+  if [ $((now - t0)) -lt 5 ]; then quick=$((quick+1)); else quick=0; fi
+  if [ "$quick" -ge 3 ]; then echo "@@abort $quick"; break; fi
+  [ "$now" -lt "$end" ] || break
 done
+echo "@@end $(date '+%Y/%m/%d %H:%M:%S')"
 echo "@@done $n"
 """
+# Three iterations in a row that each end within 5 s are a load that fails at once (dcgmi or all_reduce_perf
+# missing, nv-hostengine down): the script stops instead of spinning to the end of the duration.
+FAST_FAIL_S = 5
+FAST_FAIL_ITERATIONS = 3
 
 _DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)\s*", re.IGNORECASE)
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -161,21 +182,25 @@ def _number(host_vars: Mapping[str, Any], key: str, default: float) -> float:
     return value if value > 0 else default
 
 
-def sampler_argv(duration_s: float, interval_s: float) -> tuple[str, ...]:
+def sampler_argv(duration_s: float, interval_s: float, extra_s: float = 0.0, done_file: str = "") -> tuple[str, ...]:
+    """The sampler for ``duration_s``, then on until ``done_file`` appears (the load ended: its last iteration may
+    run past the duration), for at most ``extra_s`` more."""
+    tail = (str(int(extra_s)), done_file) if done_file else ()
     return ("sh", "-c", SAMPLER_SCRIPT, SAMPLER_HELPER, str(int(round(duration_s))),
-            str(max(int(MIN_INTERVAL_S * 1000), int(round(interval_s * 1000)))))
+            str(max(int(MIN_INTERVAL_S * 1000), int(round(interval_s * 1000)))), *tail)
 
 
-def load_argv(duration_s: float, host_vars: Mapping[str, Any], profile: Any) -> tuple[str, ...]:
+def load_argv(duration_s: float, host_vars: Mapping[str, Any], profile: Any, done_file: str = "-") -> tuple[str, ...]:
     dcgm_timeout = dcgm_iteration_timeout(host_vars)
     nccl_timeout = _number(host_vars, "nccl_timeout", NCCL_TIMEOUT_S)
     ignore = host_vars.get(DCGM_IGNORE_VAR) or "-"
     return ("sh", "-c", LOAD_SCRIPT, LOAD_HELPER, str(int(round(duration_s))), str(dcgm_level(host_vars)),
-            str(int(dcgm_timeout)), str(int(nccl_timeout)), str(ignore), *build_nccl_all_reduce(host_vars, profile))
+            str(int(dcgm_timeout)), str(int(nccl_timeout)), str(ignore), done_file,
+            *build_nccl_all_reduce(host_vars, profile))
 
 
-def sampler_timeout(duration_s: float) -> float:
-    return duration_s + SAMPLER_SLACK_S
+def sampler_timeout(duration_s: float, extra_s: float = 0.0) -> float:
+    return duration_s + extra_s + SAMPLER_SLACK_S
 
 
 def load_timeout(duration_s: float, host_vars: Mapping[str, Any]) -> float:
@@ -207,7 +232,7 @@ BURNIN_SAMPLER = Collector(
                 "(nvidia-smi --query-gpu ... -lms) for the burn-in's duration")
 BURNIN_LOAD = Collector(
     LOAD, ("sh", "-c", LOAD_SCRIPT, LOAD_HELPER, str(int(_CATALOG_DURATION_S)), str(DEFAULT_DCGM_LEVEL),
-           str(int(DCGM_TIMEOUTS[DEFAULT_DCGM_LEVEL])), str(int(NCCL_TIMEOUT_S)), "-", "all_reduce_perf"),
+           str(int(DCGM_TIMEOUTS[DEFAULT_DCGM_LEVEL])), str(int(NCCL_TIMEOUT_S)), "-", "-", "all_reduce_perf"),
     load_timeout(_CATALOG_DURATION_S, {}), heavy=True, max_bytes=LOAD_MAX_BYTES, timeout_var="burnin_load_timeout",
     build=_not_planned,
     description="burn-in load: DCGM diag and nccl-tests all_reduce_perf iterations for the burn-in's duration")
@@ -225,9 +250,13 @@ def burnin_specs(host_vars: Mapping[str, Any], profile: Any, duration_s: float,
     nccl-tests line and limits), then the kernel log. The engine runs them in two batches (:func:`burnin_batches`);
     the Slurm budget (slurm/budget.py) counts each batch once, at its longest limit."""
     sudo = bool(host_vars.get("sudo", False))
-    sampler = replace(BURNIN_SAMPLER.spec(sudo), argv=sampler_argv(duration_s, burnin_interval(host_vars, interval_s)),
-                      timeout_s=sampler_timeout(duration_s))
-    load = replace(BURNIN_LOAD.spec(sudo), argv=load_argv(duration_s, host_vars, profile),
+    # The load's last iteration may run past the duration: the sampler watches until the load says it ended (a
+    # file of this run's own name), at most as long as the load's limit.
+    done_file = f"/tmp/nvdeploy-burnin-{uuid.uuid4().hex[:16]}.done"
+    extra = load_timeout(duration_s, host_vars) - SAMPLER_SLACK_S - duration_s - 1  # the load the longest
+    sampler = replace(BURNIN_SAMPLER.spec(sudo), timeout_s=sampler_timeout(duration_s, extra),
+                      argv=sampler_argv(duration_s, burnin_interval(host_vars, interval_s), extra, done_file))
+    load = replace(BURNIN_LOAD.spec(sudo), argv=load_argv(duration_s, host_vars, profile, done_file),
                    timeout_s=load_timeout(duration_s, host_vars))
     return [sampler, load, BURNIN_KMSG.spec(sudo)]
 

@@ -8,6 +8,8 @@ Light collectors answer in seconds and go in the node's one batched round trip. 
   var ``dcgm_timeout`` (seconds) overrides them. The level picks the diag level by picking the check that reads
   the collector (``dcgm.diag_r2`` at standard, ``dcgm.diag_r3`` at full). A waiver with ``dcgm_error_codes``
   adds ``--ignoreErrorCodes`` for the node (config/waivers.py).
+- ``dcgm_diag_gemm``: ``dcgmi diag -r diagnostic -p diagnostic.test_duration=60 -j`` (the GEMM plugin alone: the
+  standard level's per-GPU compute figure), timeout 300 s (host vars ``dcgm_gemm_duration``, ``dcgm_gemm_timeout``).
 - ``nccl_all_reduce``: ``env NCCL_DEBUG=VERSION [NCCL_TESTS_MIN_BW=<floor>] [nccl_env...] <nccl_tests_dir>/
   all_reduce_perf -b 1G -e 8G -f 2 -g <GPU count> -c 1``, timeout 900 s (host var ``nccl_timeout``).
   ``NCCL_TESTS_MIN_BW`` is the profile's busbw floor, so all_reduce_perf's own exit status fails when the
@@ -88,6 +90,13 @@ HEALTH_SCRIPT = 'dcgmi health -g 0 -s a || exit $?; exec dcgmi health -g 0 -c -j
 DCGM_HEALTH = Collector(
     "dcgm_health", ("env", "sh", "-c", HEALTH_SCRIPT, "dcgm_health"), 60.0,
     description="DCGM health watches (all systems) set on group 0, then checked (JSON)")
+# The same watches read again after the node's heavy tests and burn-in (dcgm.health): the first read comes seconds
+# after the watches were set, before they have the minute of samples they need; this one covers the stress. Planned
+# by the engine only when the node runs a heavy test (runner/engine.py node_plan), never at the quick level; it
+# reads, so it runs on a busy node too.
+DCGM_HEALTH_AFTER = Collector(
+    "dcgm_health_after", ("dcgmi", "health", "-g", "0", "-c", "-j"), 60.0, heavy=True, loads_gpu=False,
+    description="DCGM health watches read again after the heavy tests and the burn-in (JSON)")
 # The busy guard (nvdeploy/checks/heavy_gate.py): read before any heavy collector may start; real format, one
 # line per process and GPU, nothing when idle.
 COMPUTE_APPS = Collector(
@@ -112,6 +121,42 @@ DCGM_DIAG = {level: Collector(
     dcgm_diag_collector(level), ("dcgmi", "diag", "-r", str(level), "-j"), timeout, heavy=True,
     description=f"DCGM diagnostic level {level} (JSON)", timeout_var="dcgm_timeout", build=_build_dcgm_diag(level))
     for level, timeout in DCGM_TIMEOUTS.items()}
+# The standard level's per-GPU compute figure: DCGM's Diagnostic (GEMM) plugin alone, for a short duration. Level 2
+# runs no GEMM (its PCIe and GPU Memory plugins do not load the SMs), so without it a GPU 10% slow at compute passes
+# standard. ``-r diagnostic`` is the plugin's canonical test name and ``-p diagnostic.test_duration=S`` its duration
+# (default 180 s): the DCGM reference, "dcgmi diag" and "Diagnostic Plugin"
+# (https://docs.nvidia.com/datacenter/dcgm/latest/reference/diagnostics/plugins/diagnostic.html). 60 s, as the GEMM
+# of Azure's per-SKU baseline (ubergemm, 60 s: skills/slurm/sku_performance_baseline/SKILL.md in
+# Azure/ai-infrastructure-on-azure); host var ``dcgm_gemm_duration`` sets another.
+DCGM_GEMM = "dcgm_diag_gemm"
+DCGM_GEMM_DURATION_S = 60
+DCGM_GEMM_TIMEOUT_S = 300.0
+
+
+def gemm_duration(host_vars: Mapping[str, Any]) -> int:
+    """The GEMM plugin's duration in seconds: host var ``dcgm_gemm_duration`` (10-3600), else 60."""
+    value = host_vars.get("dcgm_gemm_duration", DCGM_GEMM_DURATION_S)
+    try:
+        seconds = int(value)
+    except (TypeError, ValueError):
+        return DCGM_GEMM_DURATION_S
+    return seconds if 10 <= seconds <= 3600 else DCGM_GEMM_DURATION_S
+
+
+def build_dcgm_gemm(host_vars: Mapping[str, Any], profile: Any) -> tuple[str, ...]:
+    """``dcgmi diag -r diagnostic -p diagnostic.test_duration=S -j`` (and a waiver's ``--ignoreErrorCodes``)."""
+    argv: tuple[str, ...] = ("dcgmi", "diag", "-r", "diagnostic", "-p",
+                             f"diagnostic.test_duration={gemm_duration(host_vars)}", "-j")
+    codes = host_vars.get(DCGM_IGNORE_VAR)
+    return (*argv, "--ignoreErrorCodes", str(codes)) if codes else argv
+
+
+DCGM_DIAG_GEMM = Collector(
+    DCGM_GEMM, build_dcgm_gemm({}, None), DCGM_GEMM_TIMEOUT_S, heavy=True,
+    description="DCGM Diagnostic (GEMM) plugin alone, 60 s: each GPU's gigaflops (JSON)",
+    timeout_var="dcgm_gemm_timeout", build=build_dcgm_gemm,
+    # Without its own limit, the host's dcgmi diag limit holds for this dcgmi diag too.
+    timeout_for=lambda host_vars: host_vars.get("dcgm_timeout"))
 NCCL_ALL_REDUCE = Collector(
     "nccl_all_reduce", ("all_reduce_perf", *NCCL_SIZES, "-g", str(DEFAULT_GPU_COUNT), "-c", "1"), NCCL_TIMEOUT_S,
     heavy=True, description="nccl-tests all_reduce_perf across every GPU of the node, 1-8 GiB, validated",
@@ -144,4 +189,5 @@ UPTIME = Collector(
 # This module's part of the catalog, in the order `nvdeploy/collect/catalog.py` lists it.
 COLLECTORS: tuple[Collector, ...] = (
     NVLINK, TOPO, FABRICMANAGER, FABRICMANAGER_VERSION, LSMOD, IBSTAT, OFED, DCGM_VERSION, DCGM_DISCOVERY,
-    DCGM_HEALTH, COMPUTE_APPS, *DCGM_DIAG.values(), NCCL_ALL_REDUCE, NVBANDWIDTH, UPTIME)
+    DCGM_HEALTH, COMPUTE_APPS, *DCGM_DIAG.values(), DCGM_DIAG_GEMM, NCCL_ALL_REDUCE, NVBANDWIDTH, UPTIME,
+    DCGM_HEALTH_AFTER)

@@ -24,10 +24,12 @@ under its own timeout.
   ``container_image`` (an image already on the node; never pulled), timeout 300 s (host var ``container_timeout``);
   ``true`` on hosts without an image. In the light batch: it takes seconds, runs beside the others, and only lists
   the GPUs (no load on a busy node), so it needs neither the busy guard nor a round trip of its own.
-- ``imex_service`` (``systemctl is-active nvidia-imex``), ``imex_query`` (``nvidia-imex-ctl -q``) and
-  ``imex_files`` (one ``find`` over /dev/nvidia-caps-imex-channels/channel0, /etc/nvidia-imex/nodes_config.cfg with
-  its sha256, and the DRA driver's /var/lib/kubelet/plugins/compute-domain.nvidia.com), 20 s each: only on hosts
-  that run IMEX themselves (a tray of an NVLink domain, or host var ``imex: true``); ``true`` elsewhere.
+- ``imex_service`` (``systemctl is-active nvidia-imex``), ``imex_unit`` (``systemctl is-enabled nvidia-imex``),
+  ``imex_query`` (``nvidia-imex-ctl -q``) and ``imex_files`` (one ``find`` over
+  /dev/nvidia-caps-imex-channels/channel0, /etc/nvidia-imex/nodes_config.cfg with its sha256, and the DRA driver's
+  /var/lib/kubelet/plugins/compute-domain.nvidia.com), 20 s each: on hosts that run IMEX themselves (a tray of an
+  NVLink domain, or host var ``imex: true``), and all but the query where Kubernetes runs it (``imex: dra``: the
+  host unit must then be off and masked); ``true`` elsewhere.
 
 The module defines them and registers nothing: :data:`COLLECTORS` lists them for the catalog that
 nvdeploy/collect/catalog.py builds.
@@ -42,10 +44,12 @@ from nvdeploy.collect.stack_commands import (  # noqa: F401  re-exported for the
     CDI_LIST_ARGV,
     CONTAINER_FIND_ARGV,
     CUDA_FIND_ARGV,
+    IMEX_DRA,
     IMEX_FILES_ARGV,
     IMEX_HOST,
     IMEX_QUERY_ARGV,
     IMEX_SERVICE_ARGV,
+    IMEX_UNIT_ARGV,
     KERNEL_DRIVER_FIND_ARGV,
     MPS_HELPER,
     MPS_LOG_DEFAULT,
@@ -64,6 +68,7 @@ KERNEL_DRIVER = "kernel_driver"
 CONTAINER_RUN = "container_run"
 CONTAINER_RUN_TIMEOUT_S = 300.0
 IMEX_SERVICE = "imex_service"
+IMEX_UNIT = "imex_unit"
 IMEX_QUERY = "imex_query"
 IMEX_FILES = "imex_files"
 
@@ -84,12 +89,13 @@ def build_container_run(host_vars: Mapping[str, Any], profile: Any) -> tuple[str
     return docker_run_argv(str(image)) if image else ("true",)
 
 
-def _imex(argv: tuple[str, ...]) -> Callable[[Mapping[str, Any], Any], tuple[str, ...]]:
-    """An argv builder that runs ``argv`` only where the host runs IMEX itself (``true`` elsewhere: nothing of
-    IMEX is asked of an HGX node or of a node whose IMEX daemons Kubernetes runs)."""
+def _imex(argv: tuple[str, ...], modes: tuple[str, ...] = (IMEX_HOST,)
+          ) -> Callable[[Mapping[str, Any], Any], tuple[str, ...]]:
+    """An argv builder that runs ``argv`` only where IMEX runs in one of ``modes`` (``true`` elsewhere: nothing of
+    IMEX is asked of an HGX node, and the daemon is not asked where Kubernetes runs it)."""
 
     def build(host_vars: Mapping[str, Any], profile: Any) -> tuple[str, ...]:
-        return argv if imex_mode(host_vars, profile)[0] == IMEX_HOST else ("true",)
+        return argv if imex_mode(host_vars, profile)[0] in modes else ("true",)
 
     return build
 
@@ -114,15 +120,18 @@ KERNEL_DRIVER_FILES = Collector(
     KERNEL_DRIVER, KERNEL_DRIVER_FIND_ARGV, 20.0,
     description="the loaded nvidia module's flavour (open/proprietary) and the kernel release (GPUDirect DMA-BUF)")
 IMEX_SERVICE_STATE = Collector(
-    IMEX_SERVICE, IMEX_SERVICE_ARGV, 20.0, build=_imex(IMEX_SERVICE_ARGV),
+    IMEX_SERVICE, IMEX_SERVICE_ARGV, 20.0, build=_imex(IMEX_SERVICE_ARGV, (IMEX_HOST, IMEX_DRA)),
     description="whether the nvidia-imex service runs (NVLink domain trays)")
+IMEX_UNIT_STATE = Collector(
+    IMEX_UNIT, IMEX_UNIT_ARGV, 20.0, build=_imex(IMEX_UNIT_ARGV, (IMEX_HOST, IMEX_DRA)),
+    description="whether the nvidia-imex unit is enabled, disabled or masked (the DRA driver needs it masked)")
 IMEX_DAEMON_QUERY = Collector(
     IMEX_QUERY, IMEX_QUERY_ARGV, 20.0, build=_imex(IMEX_QUERY_ARGV),
     description="the local IMEX daemon's state (nvidia-imex-ctl -q: READY)")
 IMEX_FILE_LIST = Collector(
-    IMEX_FILES, IMEX_FILES_ARGV, 20.0, build=_imex(IMEX_FILES_ARGV),
+    IMEX_FILES, IMEX_FILES_ARGV, 20.0, build=_imex(IMEX_FILES_ARGV, (IMEX_HOST, IMEX_DRA)),
     description="IMEX channel0, the sha256 of nodes_config.cfg, the DRA compute-domain kubelet plugin folder")
 
 # This module's part of the catalog, in the order `nvdeploy/collect/catalog.py` lists it.
 COLLECTORS: tuple[Collector, ...] = (CUDA, MPS, CONTAINER, CDI, CONTAINER_SMOKE, KERNEL_DRIVER_FILES,
-                                     IMEX_SERVICE_STATE, IMEX_DAEMON_QUERY, IMEX_FILE_LIST)
+                                     IMEX_SERVICE_STATE, IMEX_UNIT_STATE, IMEX_DAEMON_QUERY, IMEX_FILE_LIST)

@@ -115,6 +115,9 @@ def imex_domains(hosts: Any, profile_of: Any) -> dict[str, list[Any]]:
 
 
 IMEX_SERVICE_ARGV = ("systemctl", "is-active", IMEX_SERVICE)
+# The unit file's state (``enabled``, ``disabled``, ``masked``...): under the DRA driver the host unit must be
+# disabled and masked (k8s-dra-driver-gpu docs/prerequisites.md), which is-active alone does not tell.
+IMEX_UNIT_ARGV = ("systemctl", "is-enabled", IMEX_SERVICE)
 IMEX_QUERY_ARGV = ("nvidia-imex-ctl", "-q")
 IMEX_DOMAIN_ARGV = ("nvidia-imex-ctl", "-N", "-j")
 IMEX_FILES_ARGV = (

@@ -58,6 +58,9 @@ trap 'if [ -n "$f" ]; then rm -f -- "$f"; fi' EXIT
 trap 'exit 143' HUP INT TERM
 if [ ! -e "$p" ]; then echo '@@status missing'; exit 0; fi
 if [ ! -d "$p" ]; then echo '@@status notdir'; exit 0; fi
+# Test files a killed run left (a KILL before its trap ran): ours, and older than any run's limit (2 min 30 s).
+u=$(id -u 2>/dev/null) && find "$p" -maxdepth 1 -type f -name '.nvdeploy-storage.*' -user "$u" -mmin +30 \
+  -exec rm -f -- {} + 2>/dev/null
 if ! out=$(mktemp "$p/.nvdeploy-storage.XXXXXXXX" 2>&1); then
   printf '@@status nowrite %s\n' "$out"; exit 0
 fi
@@ -109,6 +112,22 @@ def storage_paths(host_vars: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     paths = host_vars.get("storage_paths")
     return {str(p): (v if isinstance(v, Mapping) else {}) for p, v in paths.items()} if isinstance(paths, Mapping) \
         else {}
+
+
+# How many nodes measure one shared path (storage_paths: {PATH: {shared: true}}) at once, by default: all of them at
+# once would make each node's figure its share of the file system's aggregate, which depends on its peers.
+DEFAULT_SHARED_CONCURRENCY = 4
+
+
+def shared_paths(host_vars: Mapping[str, Any]) -> tuple[str, ...]:
+    """The host's storage paths marked ``shared: true`` (a file system its peers mount too), sorted."""
+    return tuple(sorted(p for p, spec in storage_paths(host_vars).items() if spec.get("shared") is True))
+
+
+def shared_concurrency(host_vars: Mapping[str, Any]) -> int:
+    value = host_vars.get("storage_concurrency")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 \
+        else DEFAULT_SHARED_CONCURRENCY
 
 
 def bounds(host_vars: Mapping[str, Any]) -> tuple[int, int, int]:

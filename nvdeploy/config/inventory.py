@@ -69,11 +69,16 @@ def _is_storage_paths(value: Any) -> bool:
             return False
         if floors is None:
             continue
-        if not isinstance(floors, dict) or not set(floors) <= _STORAGE_FLOORS or \
-                not all(_is_positive_number(v) for v in floors.values()):
+        if not isinstance(floors, dict) or not set(floors) <= _STORAGE_FLOORS | {"shared"} or \
+                not all(_is_positive_number(v) for k, v in floors.items() if k != "shared") or \
+                not isinstance(floors.get("shared", False), bool):
             return False
     return True
 
+
+# The settings that are true or false (imex also takes host or dra): an Ansible source spells them its own ways.
+BOOLEAN_KEYS = frozenset({"sudo", "node_python", "allow_reboot", "mig_enabled", "mps", "gpu_operator", "imex",
+                          "ansible_become"})
 
 # name -> (validator, description used in the error message)
 VAR_SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
@@ -157,8 +162,10 @@ VAR_SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
     "imex_timeout": (_is_positive_number, "a positive number of seconds (hard limit of nvidia-imex-ctl -N -j)"),
     # Storage throughput (nvdeploy/checks/storage.py, nvdeploy/collect/storage_commands.py).
     "storage_paths": (_is_storage_paths, "a mapping of absolute paths to floors in GB/s, e.g. {/data: {read_gbps: "
-                      "10}, /local/nvme: {write_gbps: 5}} (keys read_gbps, write_gbps; a path without control "
-                      "characters)"),
+                      "10, shared: true}, /local/nvme: {write_gbps: 5}} (keys read_gbps, write_gbps, shared: a "
+                      "file system other nodes mount too; a path without control characters)"),
+    "storage_concurrency": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+                            "a positive integer (how many nodes measure one shared storage path at once; default 4)"),
     "storage_file_mib": (_is_positive_number, "a positive number of MiB (the test file's size; at most 4096)"),
     "storage_runtime_s": (_is_positive_number, "a positive number of seconds (fio's run time per direction; at most "
                           "60)"),
@@ -320,6 +327,7 @@ class _Builder:
         self.base: dict[str, dict[str, Any]] = {}  # data about the node (Slurm's facts): below every setting
         self.spelling: dict[str, tuple[str, Optional[int]]] = {}  # nvdeploy key -> (name used for it, line)
         self.entries = 0  # host entries expanded so far, all groups together: a few range lines must not OOM us
+        self.ansible_values = False  # an INI file or ansible-inventory's output: Ansible's spellings of a boolean
 
     def fail(self, message: str, line: Optional[int], key: Any = None) -> ConfigError:
         return ConfigError(message, self.file, line, str(key) if key is not None else None)
@@ -338,7 +346,13 @@ class _Builder:
             raise self.fail("'all' cannot be a child group", line, child)
         self.groups[parent].children.setdefault(child, line)
 
+    def _typed(self, key: str, value: Any) -> Any:
+        """An Ansible source's value of a boolean setting, read as Ansible reads it (INI has no booleans but
+        Python's ``True``: ``sudo=yes``, ``ansible_become=true``, ``1``)."""
+        return ansible.boolean_value(value) if self.ansible_values and key in BOOLEAN_KEYS else value
+
     def set_group_var(self, group: str, key: str, value: Any, line: Optional[int]) -> None:
+        value = self._typed(key, value)
         if key == ansible.GROUP_PRIORITY:
             number = ansible.priority(value)
             if number is None:
@@ -372,6 +386,7 @@ class _Builder:
         return names
 
     def set_host_var(self, host: str, key: str, value: Any, line: Optional[int]) -> None:
+        value = self._typed(key, value)
         if key == ansible.GROUP_PRIORITY:
             raise self.fail("ansible_group_priority is a group variable (it orders groups of the same depth)", line,
                             key)
@@ -589,6 +604,7 @@ def load_inventory(path: Union[str, Path], catalog: Any = None, *, slurm_groups:
     cluster_line: Optional[int] = None
     if file.startswith(ansible.ANSIBLE_SOURCE_PREFIX):
         source = file[len(ansible.ANSIBLE_SOURCE_PREFIX):]
+        builder.ansible_values = True
         ansible.read_ansible_source(source, builder, file)
         stem = Path(source).stem
     elif Path(file).suffix.lower() in (".yaml", ".yml", ".json"):
@@ -606,6 +622,10 @@ def load_inventory(path: Union[str, Path], catalog: Any = None, *, slurm_groups:
         cluster_line = line_of(data, "all") if "all" in data else 1
         stem = Path(file).stem
     else:
+        if Path(file).is_dir():
+            raise ConfigError("is a folder: an Ansible inventory folder (several files, group_vars/, host_vars/) is "
+                              f"read through Ansible itself: -i ansible:{file}", file)
+        builder.ansible_values = True
         ansible.read_ini(_read_text(file), file, builder)
         stem = Path(file).stem
     hosts, groups = builder.resolve()

@@ -46,8 +46,30 @@ ALIASES: dict[str, tuple[str, Callable[[Any], bool], str, Callable[[Any], Any]]]
     "ansible_private_key_file": ("ssh_key", _text, "a path to a private key", str),
     "ansible_connection": ("connection", lambda v: v in _SSH_CONNECTIONS,
                            "ssh, paramiko, smart or local", lambda v: _SSH_CONNECTIONS[v]),
-    "ansible_become": ("sudo", lambda v: isinstance(v, bool), "true or false (True in INI)", bool),
+    "ansible_become": ("sudo", lambda v: isinstance(v, bool), "true or false (yes/no, 1/0 in INI)", bool),
 }
+# Ansible's own spellings of a boolean (module_utils/parsing/convert_bool.py BOOLEANS_TRUE/FALSE): an INI value is
+# text unless it is a Python literal, and Ansible reads ``become=yes``, ``true`` or ``1`` as true.
+BOOLEANS_TRUE = frozenset({"y", "yes", "on", "1", "true", "t"})
+BOOLEANS_FALSE = frozenset({"n", "no", "off", "0", "false", "f"})
+
+
+def boolean_value(value: Any) -> Any:
+    """``value`` as Ansible reads a boolean setting: True/False for its spellings (any case, and 1/0), else as is
+    (for the schema to refuse, naming it)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in BOOLEANS_TRUE:
+            return True
+        if lowered in BOOLEANS_FALSE:
+            return False
+    return value
+
+
 COMMON_ARGS = "ansible_ssh_common_args"
 GROUP_PRIORITY = "ansible_group_priority"
 # Read by Ansible's modules on the node, not by a connection nvdeploy makes: accepted and left out.

@@ -16,6 +16,7 @@ fleet:    {min_nodes: 8, warn_pct: 3.5, fail_pct: 7, warn_z: 3, fail_z: 5, z_min
            figures: {nccl_busbw: {warn_pct: 3}, dcgm_gflops: {enabled: false}}}    # per figure (checks/fleet.py)
 nvbandwidth: {host_to_device_gbps: 120, device_to_host_gbps: 120, device_to_device_gbps: 600, sources: [...]}
 burnin:   {fail: [hw_slowdown, ...], warn: [sw_power_cap], clock_drop_pct: 10, figure_drop_pct: 5}  # under load
+firmware: {must_match: [gpu.vbios], minimum: {nic.firmware[MT4129]: {version: "28.39.1002", source: "..."}}}
 ```
 """
 
@@ -49,8 +50,8 @@ def _nonnegative(value: Any) -> bool:
 
 
 # The figures fleet.performance judges (nvdeploy/checks/fleet.py FIGURES), by the name a profile gives them.
-FLEET_FIGURES = ("nccl_busbw", "dcgm_gflops", "storage_read_gbps", "storage_write_gbps", "nvbandwidth_h2d_gbps",
-                 "nvbandwidth_d2h_gbps", "burnin_sm_clock", "burnin_temperature",
+FLEET_FIGURES = ("nccl_busbw", "dcgm_gflops", "burnin_gflops", "storage_read_gbps", "storage_write_gbps",
+                 "nvbandwidth_h2d_gbps", "nvbandwidth_d2h_gbps", "burnin_sm_clock", "burnin_temperature",
                  "rdma_gpudirect", "nccl_pair_busbw")
 _FLEET_RULE: dict[str, tuple[Callable[[Any], bool], str]] = {
     "min_nodes": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 2, "an integer >= 2"),
@@ -59,6 +60,7 @@ _FLEET_RULE: dict[str, tuple[Callable[[Any], bool], str]] = {
     "warn_z": (_number, "a positive number (the robust z at or below minus it is an outlier)"),
     "fail_z": (_number, "a positive number (the robust z at or below minus it is an outlier)"),
     "z_min_pct": (_nonnegative, "a percentage >= 0"),
+    "fail_min_pct": (_nonnegative, "a percentage >= 0 (a robust z alone FAILs only this far below the median)"),
     # fleet.drift (checks/fleet_drift.py): the fall since the node's own figure in the accepted run.
     "drift_pct": (_pct, "a percentage (0-100] below the node's figure in the baseline run"),
 }
@@ -78,6 +80,24 @@ def _fleet_figures(value: Any) -> bool:
             elif key not in _FLEET_RULE or not _FLEET_RULE[key][0](item):
                 return False
     return True
+
+
+# The components firmware.* compares (nvdeploy/parsers/firmware.py); a NIC's may name its CA type,
+# ``nic.firmware[MT4129]``, so that a minimum holds one ConnectX model only.
+FIRMWARE_COMPONENTS = ("gpu.vbios", "gpu.inforom_image", "gpu.inforom_oem", "gpu.inforom_ecc", "gpu.inforom_pwr",
+                       "gpu.gsp", "nic.firmware", "system.bios_version", "system.bios_date", "system.board_name")
+
+
+def _firmware_component(value: Any) -> bool:
+    return isinstance(value, str) and value.split("[", 1)[0] in FIRMWARE_COMPONENTS and (
+        "[" not in value or bool(re.fullmatch(r"nic\.firmware\[[A-Za-z0-9_.-]+\]", value)))
+
+
+def _firmware_minimum(value: Any) -> bool:
+    """``{component: {version: "...", source: "..."}}``: every minimum says where it comes from."""
+    return isinstance(value, dict) and all(
+        _firmware_component(k) and isinstance(v, dict) and set(v) == {"version", "source"}
+        and all(isinstance(x, str) and x for x in v.values()) for k, v in value.items())
 
 
 def _reasons(value: Any) -> bool:
@@ -115,6 +135,10 @@ SECTIONS: dict[str, dict[str, tuple[Callable[[Any], bool], str, bool]]] = {
                       "all_reduce_busbw_gbps": (_number, "a positive number (GB/s, all_reduce over the whole "
                                                 "domain, 8 GiB)", False),
                       "floor_pct": (_pct, "a percentage (0-100] of all_reduce_busbw_gbps", False),
+                      # The ranks of the run the figure comes from: busbw depends on the group size and on the
+                      # algorithm NCCL picks for it, so the floor holds for runs of that size only (default: gpus).
+                      "all_reduce_ranks": (lambda v: _count(v) and v > 1, "an integer number of ranks (> 1) the "
+                                           "figure was measured on", False),
                       "source": (lambda v: isinstance(v, str), "a string", False)},
     # Datasheet figures per GPU for `nvdeploy size`: DENSE Tensor-Core TFLOPS (halve NVIDIA's sparse figures), an
     # absent precision means the SKU has no Tensor-Core path for it. Optional: a user profile may omit it.
@@ -140,6 +164,12 @@ SECTIONS: dict[str, dict[str, tuple[Callable[[Any], bool], str, bool]]] = {
                         False),
                "clock_drop_pct": (_pct, "a percentage (0-100] below the first samples' SM clock", False),
                "figure_drop_pct": (_pct, "a percentage (0-100] below the first iteration's busbw", False)},
+    # firmware.consistency (cluster stage): components whose odd nodes FAIL rather than WARN; firmware.minimum:
+    # the oldest version accepted per component, with its source.
+    "firmware": {"must_match": (lambda v: isinstance(v, list) and all(_firmware_component(c) for c in v),
+                                "a list of firmware components (" + ", ".join(FIRMWARE_COMPONENTS) + ")", False),
+                 "minimum": (_firmware_minimum, "a mapping of firmware components to {version: \"...\", source: "
+                             "\"...\"}", False)},
     # fleet.performance: when a node's measured figure is an outlier among the profile's nodes (checks/fleet.py).
     "fleet": {**{key: (valid, description, False) for key, (valid, description) in _FLEET_RULE.items()},
               "figures": (_fleet_figures, "a mapping of figures (" + ", ".join(FLEET_FIGURES) + ") to rule keys ("

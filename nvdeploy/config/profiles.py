@@ -15,7 +15,7 @@ from nvdeploy.config.yamlfile import ConfigError, LocDict, line_of, load_yaml_fi
 
 _TOP_KEYS = {"name", "version", "description", "sources", "gpu", "driver", "nvlink", "pcie", "sim", "nccl", "ib",
              "throttle", "mig", "datasheet", "cuda", "nvlink_domain", "fleet",
-             "nvbandwidth"}
+             "nvbandwidth", "firmware"}
 _GPU_KEYS = {"count", "model", "memory_mib", "memory_tolerance_pct", "pci_device_id", "ecc_required", "nvswitch",
              "power_limit_w", "max_temperature_c", "nvlsm"}
 _DRIVER_KEYS = {"version", "min_version", "flavour"}
@@ -50,6 +50,14 @@ class NvlinkDomain:
     # the floor as a percentage of it; None: no citable figure, the check SKIPs (never PASS without a floor).
     all_reduce_busbw_gbps: Optional[float] = None
     floor_pct: float = 95.0
+    # The ranks of the run the figure was measured on, with NCCL's default algorithm: the floor holds for runs of
+    # that size only (a pair of trays, or a domain short of trays, has no sourced figure). None: the whole domain.
+    all_reduce_ranks: Optional[int] = None
+    source: str = ""
+
+    @property
+    def floor_ranks(self) -> int:
+        return self.all_reduce_ranks or self.gpus
 
 
 @dataclass(frozen=True)
@@ -114,7 +122,9 @@ def _nvlink_domain(data: Any, gpus_per_node: int, file: str) -> Optional[NvlinkD
     busbw = body.get("all_reduce_busbw_gbps")
     domain = NvlinkDomain(trays=int(body["trays"]), gpus=int(body["gpus"]),
                           all_reduce_busbw_gbps=float(busbw) if busbw is not None else None,
-                          floor_pct=float(body.get("floor_pct", 95)))
+                          floor_pct=float(body.get("floor_pct", 95)),
+                          all_reduce_ranks=int(body["all_reduce_ranks"]) if "all_reduce_ranks" in body else None,
+                          source=str(body.get("source") or ""))
     if domain.gpus != domain.trays * gpus_per_node:
         raise ConfigError(f"must be trays x gpu.count = {domain.trays} x {gpus_per_node} = "
                           f"{domain.trays * gpus_per_node}, got {domain.gpus}", file, line_of(body, "gpus"),
@@ -163,7 +173,7 @@ def load_profile_file(path: Union[str, Path]) -> Profile:
         nvlink_domain=_nvlink_domain(data, expectation.count, file),
         sim={k: require_str(sim, k, file) for k in sim},
         extra={k: data[k] for k in ("nvlink", "pcie", "nccl", "sources", "ib", "throttle", "mig", "datasheet", "cuda",
-                                    "fleet", "nvbandwidth") if k in data},
+                                    "fleet", "nvbandwidth", "firmware") if k in data},
         path=file,
     )
 

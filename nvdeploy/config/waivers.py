@@ -16,14 +16,25 @@ waivers:
     until: 2027-01-15
     owner: jdoe@example.com
     reason: "known Xid 79 history, RMA 4712"
+  - check: kmsg.xid
+    nodes: gpu014
+    xid_codes: [13]                   # optional, kmsg.xid only: only these Xids (an Xid 79 beside them still counts)
+    until: 2027-01-15
+    owner: jdoe@example.com
+    reason: "Xid 13 from a user's job, ticket 4713"
 ```
 
-A waived WARN or FAIL becomes SKIP (it no longer counts towards the verdict or the exit status) with a summary
-that starts ``WAIVED <verdict> until <date> (owner ...: reason)``, so the report and results.json show who accepted
-what until when. ERROR is never waived: could not determine is not a known fault. A waiver past its date waives
-nothing: the finding counts again, and :func:`expired` gives the error naming its file and line (the run goes on: a
-nightly validation does not stop the day a waiver lapses). A malformed waiver or an unknown check is a ConfigError
-naming the file, line and key (:func:`load_waivers`): the run does not start.
+A waived WARN or FAIL becomes SKIP (it no longer counts towards the verdict or the exit status) and carries the
+waiver (results.py ``Waived``: the verdict it had, owner, reason, last day, file:line), from which every writer
+shows it WAIVED with who accepted it, why and until when; results.json's summary of it still starts ``WAIVED
+<verdict> until <date> (owner ...: reason; file:line)`` for older readers. ERROR is never waived: could not
+determine is not a known fault. A cluster finding that sums up its check's node findings (an outlier, a version
+that differs) is waived with them once every one of them that counted is (:func:`waive_cluster`). A waiver holds
+up to its date as of the day its run started (:func:`run_date`), however late the run is resumed or rebuilt; past
+it it waives nothing: the finding counts again, and :func:`expired` gives the error naming its file and line (the
+run goes on: a nightly validation does not stop the day a waiver lapses). A malformed waiver, an unknown check, or
+``gpus`` on a check whose findings name no GPU (it would waive nothing) is a ConfigError naming the file, line and
+key (:func:`load_waivers`): the run does not start.
 
 ``dcgm_error_codes`` (a waiver of a ``dcgm.diag_rN`` check only) goes further: until the date, the node's
 ``dcgmi diag`` runs with ``--ignoreErrorCodes`` for those codes on the waiver's GPUs (all of them without
@@ -39,16 +50,17 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import AbstractSet, Any, Iterable, Mapping, Optional, Sequence, Union
 
 from nvdeploy.config.hostrange import HostRangeError, expand
 from nvdeploy.config.yamlfile import ConfigError, line_of, load_yaml_file
-from nvdeploy.results import Finding, NodeResult, Verdict
+from nvdeploy.results import Finding, NodeResult, Verdict, Waived
 
-KEYS = {"check", "nodes", "gpus", "until", "owner", "reason", "dcgm_error_codes"}
+KEYS = {"check", "nodes", "gpus", "until", "owner", "reason", "dcgm_error_codes", "xid_codes"}
 REQUIRED = ("check", "nodes", "until", "owner", "reason")
 WAIVABLE = (Verdict.WARN, Verdict.FAIL)
-PREFIX = "WAIVED "
+# The check whose findings carry an Xid (Finding.code), the one a waiver's ``xid_codes`` may narrow.
+XID_CHECK = "kmsg.xid"
 # The error codes nvvs lets --ignoreErrorCodes name (its defaultValidErrorCodes, IgnoreErrorCodesHelper.cpp; the
 # numbers from dcgmlib/dcgm_errors.h of NVIDIA/DCGM).
 DCGM_IGNORABLE = {40: "DCGM_FR_THERMAL_VIOLATIONS", 41: "DCGM_FR_THERMAL_VIOLATIONS_TS",
@@ -69,6 +81,7 @@ class Waiver:
     file: str = ""
     line: Optional[int] = None
     dcgm_error_codes: Optional[frozenset[int]] = None
+    xid_codes: Optional[frozenset[int]] = None
 
     @property
     def where(self) -> str:
@@ -82,20 +95,29 @@ class Waiver:
         return {"check": self.check, "nodes": sorted(self.nodes), "until": self.until.isoformat(), "owner": self.owner,
                 "reason": self.reason, "gpus": sorted(self.gpus) if self.gpus is not None else None,
                 "file": self.file, "line": self.line,
-                "dcgm_error_codes": sorted(self.dcgm_error_codes) if self.dcgm_error_codes is not None else None}
+                "dcgm_error_codes": sorted(self.dcgm_error_codes) if self.dcgm_error_codes is not None else None,
+                "xid_codes": sorted(self.xid_codes) if self.xid_codes is not None else None}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Waiver:
         gpus = data.get("gpus")
         codes = data.get("dcgm_error_codes")
+        xids = data.get("xid_codes")
         return cls(str(data["check"]), frozenset(data["nodes"]), dt.date.fromisoformat(data["until"]),
                    str(data["owner"]), str(data["reason"]), frozenset(gpus) if gpus is not None else None,
-                   str(data.get("file", "")), data.get("line"), frozenset(codes) if codes is not None else None)
+                   str(data.get("file", "")), data.get("line"), frozenset(codes) if codes is not None else None,
+                   frozenset(xids) if xids is not None else None)
 
     def covers(self, finding: Finding, node: str) -> bool:
         if finding.check != self.check or node not in self.nodes or finding.verdict not in WAIVABLE:
             return False
+        if self.xid_codes is not None and finding.code not in self.xid_codes:
+            return False
         return self.gpus is None or finding.gpu in self.gpus
+
+    def waived(self, verdict: Verdict) -> Waived:
+        """What a finding of ``verdict`` this waiver accepts carries (results.py Waived)."""
+        return Waived(verdict, self.owner, self.reason, self.until.isoformat(), self.where)
 
 
 def _date(value: Any, file: str, line: Optional[int]) -> dt.date:
@@ -124,10 +146,27 @@ def _nodes(value: Any, file: str, line: Optional[int]) -> frozenset[str]:
     return frozenset(out)
 
 
-def _gpus(value: Any, file: str, line: Optional[int]) -> frozenset[int]:
+def _gpus(value: Any, check: str, gpu_checks: Optional[AbstractSet[str]], file: str,
+          line: Optional[int]) -> frozenset[int]:
     items = value if isinstance(value, list) else [value]
     if not items or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in items):
         raise ConfigError(f"must be a GPU index or a list of them, got {value!r}", file, line, "gpus")
+    if gpu_checks is not None and check not in gpu_checks:
+        # Its findings never name a GPU, so a waiver narrowed to GPUs would waive nothing, silently.
+        raise ConfigError(f"{check}'s findings name no GPU, so a waiver of it cannot be narrowed to GPUs: leave "
+                          "'gpus' out to waive it on the whole node" + (" (or name the Xids with 'xid_codes')"
+                                                                        if check == XID_CHECK else ""),
+                          file, line, "gpus")
+    return frozenset(items)
+
+
+def _xid_codes(value: Any, check: str, file: str, line: Optional[int]) -> frozenset[int]:
+    key = "xid_codes"
+    if check != XID_CHECK:
+        raise ConfigError(f"only a waiver of {XID_CHECK} can name Xids (this one waives {check})", file, line, key)
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in items):
+        raise ConfigError(f"must be an Xid number or a list of them, got {value!r}", file, line, key)
     return frozenset(items)
 
 
@@ -147,12 +186,15 @@ def _dcgm_codes(value: Any, check: str, file: str, line: Optional[int]) -> froze
     return frozenset(items)
 
 
-def parse_waivers(data: Any, file: str, known_checks: Optional[Iterable[str]] = None) -> list[Waiver]:
+def parse_waivers(data: Any, file: str, known_checks: Optional[Iterable[str]] = None,
+                  gpu_checks: Optional[Iterable[str]] = None) -> list[Waiver]:
     """The waivers of a loaded waivers file, expired ones included (:func:`expired` names them). Raises
-    ConfigError (file, line, key) for a malformed entry or a check not in ``known_checks`` (when given)."""
+    ConfigError (file, line, key) for a malformed entry, a check not in ``known_checks`` or ``gpus`` on a check not
+    in ``gpu_checks`` (the checks whose findings name a GPU; each only when given)."""
     if not isinstance(data, dict) or not isinstance(data.get("waivers"), list):
         raise ConfigError("a waivers file needs a 'waivers:' list", file, line_of(data), "waivers")
     known = set(known_checks) if known_checks is not None else None
+    per_gpu = frozenset(gpu_checks) if gpu_checks is not None else None
     entries = data["waivers"]
     out: list[Waiver] = []
     for index, entry in enumerate(entries):
@@ -177,9 +219,12 @@ def parse_waivers(data: Any, file: str, known_checks: Optional[Iterable[str]] = 
         until = _date(entry["until"], file, line_of(entry, "until"))
         waiver = Waiver(check, _nodes(entry["nodes"], file, line_of(entry, "nodes")), until, entry["owner"].strip(),
                         entry["reason"].strip(),
-                        _gpus(entry["gpus"], file, line_of(entry, "gpus")) if "gpus" in entry else None, file, line,
+                        _gpus(entry["gpus"], check, per_gpu, file, line_of(entry, "gpus")) if "gpus" in entry
+                        else None, file, line,
                         _dcgm_codes(entry["dcgm_error_codes"], check, file, line_of(entry, "dcgm_error_codes"))
-                        if "dcgm_error_codes" in entry else None)
+                        if "dcgm_error_codes" in entry else None,
+                        _xid_codes(entry["xid_codes"], check, file, line_of(entry, "xid_codes"))
+                        if "xid_codes" in entry else None)
         out.append(waiver)
     return out
 
@@ -191,13 +236,26 @@ def expired(waivers: Sequence[Waiver], today: dt.date) -> list[str]:
             "remove it" for w in waivers if not w.active(today)]
 
 
-def load_waivers(path: Union[str, Path], known_checks: Optional[Iterable[str]] = None) -> list[Waiver]:
+def load_waivers(path: Union[str, Path], known_checks: Optional[Iterable[str]] = None,
+                 gpu_checks: Optional[Iterable[str]] = None) -> list[Waiver]:
     """Read and check a waivers file (see :func:`parse_waivers`)."""
-    return parse_waivers(load_yaml_file(path), str(path), known_checks)
+    return parse_waivers(load_yaml_file(path), str(path), known_checks, gpu_checks)
 
 
 def today_utc() -> dt.date:
     return dt.datetime.now(dt.timezone.utc).date()
+
+
+def run_date(started_at: Any) -> dt.date:
+    """The day (UTC) a run started (its header's ``started_at``): its waivers are judged on that day however late
+    it is resumed or rebuilt, so one run's findings are judged alike. Today when the start is not readable."""
+    try:
+        started = dt.datetime.fromisoformat(str(started_at))
+    except ValueError:
+        return today_utc()
+    if started.tzinfo is None:
+        return started.date()
+    return started.astimezone(dt.timezone.utc).date()
 
 
 def dcgm_ignore_error_codes(waivers: Sequence[Waiver], node: str, today: dt.date,
@@ -228,12 +286,10 @@ def dcgm_ignore_error_codes(waivers: Sequence[Waiver], node: str, today: dt.date
 
 
 def waive(finding: Finding, node: str, waivers: Sequence[Waiver], today: dt.date) -> Finding:
-    """``finding`` as SKIP with its WAIVED summary when an active waiver covers it, else unchanged."""
+    """``finding`` as SKIP carrying its waiver when an active waiver covers it, else unchanged."""
     for waiver in waivers:
         if waiver.active(today) and waiver.covers(finding, node):
-            return replace(finding, verdict=Verdict.SKIP, summary=(
-                f"{PREFIX}{finding.verdict.value} until {waiver.until.isoformat()} (owner {waiver.owner}: "
-                f"{waiver.reason}; {waiver.where}): {finding.summary}"))
+            return replace(finding, verdict=Verdict.SKIP, waiver=waiver.waived(finding.verdict))
     return finding
 
 
@@ -246,4 +302,23 @@ def apply_waivers(nodes: Sequence[NodeResult], waivers: Sequence[Waiver], today:
         findings = tuple(waive(f, node.name, waivers, today) for f in node.findings)
         changed = any(a is not b for a, b in zip(findings, node.findings))
         out.append(replace(node, findings=findings) if changed else node)
+    return out
+
+
+def waive_cluster(findings: Sequence[Finding], node_waivers: Mapping[str, Sequence[Waived]],
+                  counting: AbstractSet[str]) -> list[Finding]:
+    """The cluster findings, those a waiver reaches through their nodes waived. A WARN or FAIL cluster finding sums
+    up its check's node findings (the outliers of fleet.performance, the nodes whose driver differs), so once a
+    waiver accepted one of them (``node_waivers``: check -> what the waived node findings carry) and none is left
+    that counts (``counting``: the checks with a WARN or FAIL node finding not waived), it is waived too, under the
+    waiver that lapses first: the day that one does, the node finding and the cluster finding count again. Whole
+    checks, not figures: a fleet.performance outlier still counting keeps every FAIL of that check counting. A
+    cluster finding no node finding stands behind (a rack's power budget) is never waived."""
+    out = []
+    for finding in findings:
+        accepted = node_waivers.get(finding.check)
+        if finding.verdict in WAIVABLE and accepted and finding.check not in counting:
+            first = min(accepted, key=lambda w: w.until)
+            finding = replace(finding, verdict=Verdict.SKIP, waiver=replace(first, verdict=finding.verdict))
+        out.append(finding)
     return out

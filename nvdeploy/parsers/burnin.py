@@ -58,6 +58,8 @@ class SamplerRun:
     ended: Optional[str] = None
     exit_rc: Optional[int] = None
     warnings: tuple[str, ...] = ()
+    # The first sample's timestamp (the node's local time, as the load's step lines print it): ``t`` counts from it.
+    start: Optional[datetime.datetime] = None
 
     def gpus(self) -> tuple[int, ...]:
         return tuple(sorted({s.gpu for s in self.samples}))
@@ -143,7 +145,7 @@ def parse_sampler(text: str) -> SamplerRun:
         samples.append(Sample(t=(when - start).total_seconds() if start else 0.0, gpu=_int(cells[1]) or 0,
                               temperature_c=_float(cells[2]), sm_clock_mhz=_float(cells[3]), reasons=_int(cells[4]),
                               power_w=_float(cells[5]), ecc_uncorrected=_int(cells[6])))
-    return SamplerRun(duration, interval, fields, tuple(samples), ended, exit_rc, tuple(warnings))
+    return SamplerRun(duration, interval, fields, tuple(samples), ended, exit_rc, tuple(warnings), start)
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,8 @@ class LoadStep:
     rc: Optional[int]
     dcgm: Optional[DcgmDiagFacts] = None
     nccl: Optional[NcclFacts] = None
+    # When it started (the node's local time; None from a load script that printed no time).
+    started: Optional[datetime.datetime] = None
 
     @property
     def gflops(self) -> dict[str, float]:
@@ -166,38 +170,53 @@ class LoadStep:
 
 @dataclass(frozen=True)
 class LoadRun:
-    """``done``: the iteration count of ``@@done`` (None: the script was cut off)."""
+    """``done``: the iteration count of ``@@done`` (None: the script was cut off); ``aborted``: the iterations in a
+    row that ended at once when the script stopped for it (``@@abort``); ``ended_at``: when it ended."""
 
     steps: tuple[LoadStep, ...] = ()
     done: Optional[int] = None
     warnings: tuple[str, ...] = field(default=())
+    aborted: Optional[int] = None
+    ended_at: Optional[datetime.datetime] = None
 
 
-_STEP = re.compile(r"@@iteration\s+(\d+)\s+(dcgm|nccl)\s*$")
+_STEP = re.compile(r"@@iteration\s+(\d+)\s+(dcgm|nccl)(?:\s+(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d))?\s*$")
+_ABORT = re.compile(r"@@abort\s+(\d+)\s*$")
+_ENDED = re.compile(r"@@end\s+(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d)\s*$")
 _RC = re.compile(r"@@rc\s+(-?\d+)\s*$")
 _DONE = re.compile(r"@@done\s+(\d+)\s*$")
 
 
 def parse_load(text: str) -> LoadRun:
     steps: list[LoadStep] = []
-    current: Optional[tuple[int, str]] = None
+    current: Optional[tuple[int, str, Optional[datetime.datetime]]] = None
     body: list[str] = []
     done: Optional[int] = None
+    aborted: Optional[int] = None
+    ended_at: Optional[datetime.datetime] = None
 
     def close(rc: Optional[int]) -> None:
         if current is None:
             return
         output = "\n".join(body)
-        n, test = current
+        n, test, started = current
         steps.append(LoadStep(n, test, rc, dcgm=parse_dcgm_diag(output) if test == "dcgm" else None,
-                              nccl=parse_nccl_tests(output) if test == "nccl" else None))
+                              nccl=parse_nccl_tests(output) if test == "nccl" else None, started=started))
 
     for line in text.splitlines():
         stripped = line.strip()
         step = _STEP.match(stripped)
         if step:
             close(None)
-            current, body = (int(step.group(1)), step.group(2)), []
+            started = _time(step.group(3) + ".000") if step.group(3) else None
+            current, body = (int(step.group(1)), step.group(2), started), []
+            continue
+        if current is None and (_ABORT.match(stripped) or _ENDED.match(stripped)):
+            abort, end = _ABORT.match(stripped), _ENDED.match(stripped)
+            if abort:
+                aborted = int(abort.group(1))
+            if end:
+                ended_at = _time(end.group(1) + ".000")
             continue
         rc = _RC.match(stripped)
         if rc and current is not None:
@@ -211,4 +230,4 @@ def parse_load(text: str) -> LoadRun:
         if current is not None:
             body.append(line)
     close(None)
-    return LoadRun(tuple(steps), done)
+    return LoadRun(tuple(steps), done, aborted=aborted, ended_at=ended_at)

@@ -15,6 +15,7 @@ from nvdeploy.parsers.container import docker_run_gpus, parse_cdi_list, parse_co
 from nvdeploy.parsers.cuda_install import parse_cuda_install
 from nvdeploy.parsers.dcgm import parse_dcgm_diag, parse_dcgm_discovery
 from nvdeploy.parsers.dcgm_health import parse_dcgm_health
+from nvdeploy.parsers.firmware import node_firmware, parse_dmi
 from nvdeploy.parsers.ibstat import parse_ibstat
 from nvdeploy.parsers.imex import parse_imex_files, parse_imex_query
 from nvdeploy.parsers.nccl_tests import parse_nccl_tests
@@ -27,6 +28,7 @@ from nvdeploy.parsers.stack import (
     parse_lsmod,
     parse_ofed_version,
     parse_systemctl_state,
+    parse_unit_file_state,
 )
 from nvdeploy.parsers.topo import parse_topo
 from nvdeploy.results import CommandResult
@@ -55,6 +57,12 @@ def _imex_ran(results: Mapping[str, CommandResult], name: str) -> Mapping[str, C
     no IMEX fact, rather than the facts of an empty answer."""
     result = results.get(name)
     return {} if result is None or result.command == "true" else results
+
+
+def _imex_unit(result: Optional[CommandResult]) -> Optional[str]:
+    if result is None or result.command == "true" or not _completed(result):
+        return None
+    return parse_unit_file_state(result.text or result.err_text)
 
 
 def _kernel_driver(result: Optional[CommandResult]) -> Any:
@@ -89,7 +97,10 @@ def catalog_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
         "dcgm_discovery": _parse(results, "dcgm_discovery", parse_dcgm_discovery),
         # dcgmi exits non-zero when the watches could not be set or read; its "Error:" line is the fact.
         "dcgm_health": _parse(results, "dcgm_health", parse_dcgm_health),
+        "dcgm_health_after": _parse(results, "dcgm_health_after", parse_dcgm_health),
         "dcgm_diag": {},
+        # The Diagnostic (GEMM) plugin alone (collect/datacenter.py DCGM_DIAG_GEMM): the standard level's gigaflops.
+        "dcgm_gemm": _parse(results, "dcgm_diag_gemm", parse_dcgm_diag),
         "nccl": _parse(results, "nccl_all_reduce", parse_nccl_tests),
         # nvbandwidth exits non-zero when a testcase failed; what it printed is still the fact.
         "nvbandwidth": _parse(results, "nvbandwidth", parse_nvbandwidth),
@@ -99,6 +110,8 @@ def catalog_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
         # IMEX (checks/imex.py): systemctl exits 3 when inactive; -q exits non-zero when the daemon is not ready;
         # find exits 1 when a listed path is missing, which is the fact.
         "imex_service": _parse(_imex_ran(results, "imex_service"), "imex_service", parse_systemctl_state),
+        # is-enabled exits 1 for disabled or masked (the fact), and says a missing unit on stderr.
+        "imex_unit": _imex_unit(results.get("imex_unit")),
         "imex_query": _parse(_imex_ran(results, "imex_query"), "imex_query", parse_imex_query),
         "imex_files": _parse(_imex_ran(results, "imex_files"), "imex_files", parse_imex_files),
         # The container stack (checks/container.py): find exits 1 when a listed path is missing, still the listing;
@@ -110,6 +123,12 @@ def catalog_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
         # The busy guard's process list (checks/heavy_gate.py), read only from a clean exit.
         "compute_apps": _parse(results, "compute_apps", parse_compute_apps, need_rc0=True),
     }
+    # firmware.*: the GPUs' part from the same -q -x, whatever the probe supplied; DMI read whatever find's exit
+    # status (1 when a file is absent, the others still printed).
+    smi = results.get("nvidia_smi_xml")
+    dmi = results.get("dmi_firmware")
+    facts["firmware"] = node_firmware(smi.text if _completed(smi) and smi is not None and smi.rc == 0 else None,
+                                      facts["ib"], parse_dmi(dmi.text) if _completed(dmi) and dmi else None)
     for level in DCGM_LEVELS:
         diag = _parse(results, f"dcgm_diag_r{level}", parse_dcgm_diag)
         if diag is not None:
@@ -131,6 +150,10 @@ def catalog_summary(facts: Mapping[str, Any]) -> dict[str, Any]:
         out["imex_config_sha256"] = files.config_sha256 or "absent"
         if files.kind(IMEX_DRA_PLUGIN) is not None:
             out["imex_dra_plugin"] = True
+    firmware = facts.get("firmware")
+    if firmware is not None and firmware.items:
+        # {component: {unit: version}}: firmware.consistency, diff and history read it (results.version_facts).
+        out["firmware"] = firmware.by_component()
     nccl = facts.get("nccl")
     if nccl is not None:
         if nccl.nccl_version:

@@ -18,7 +18,7 @@ Pure: never raises; what it cannot read is said in ``problems``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 
@@ -56,6 +56,9 @@ class MnDiagRun:
 
     def hostname(self, host_id: int) -> str:
         return dict(self.hosts).get(host_id, f"host {host_id}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def _int(value: Any) -> Optional[int]:

@@ -12,7 +12,29 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from nvdeploy.parsers import dcgm, dcgm_health, ibstat, kmsg, nccl_tests, nvidia_smi, nvlink, topo
+from nvdeploy.parsers import (
+    dcgm,
+    dcgm_health,
+    dcgm_mndiag,
+    ibstat,
+    imex,
+    kmsg,
+    mig,
+    nccl_tests,
+    nvbandwidth,
+    nvidia_smi,
+    nvlink,
+    nvloom,
+    perftest,
+    topo,
+)
+
+
+def _nvbandwidth(text: str) -> Any:
+    """nvbandwidth's run, or an empty one saying why (its parser answers None for text that is neither form)."""
+    run = nvbandwidth.parse_nvbandwidth(text)
+    return run if run is not None else nvbandwidth.NvbRun("text", error="no nvbandwidth output found")
+
 
 FORMATS: dict[str, Callable[[str], Any]] = {
     "nvidia-smi-xml": nvidia_smi.parse_xml_pasted,
@@ -26,6 +48,13 @@ FORMATS: dict[str, Callable[[str], Any]] = {
     "nccl-tests": nccl_tests.parse_nccl_tests,
     "ibstat": ibstat.parse_ibstat,
     "kmsg": kmsg.parse_kmsg,
+    "nvbandwidth": _nvbandwidth,
+    "perftest": perftest.parse_perftest,
+    "nvidia-smi-mig": mig.parse_mig,
+    # The NVLink domain tools (GB200/GB300 NVL72): formats of their own, not a node collector's.
+    "dcgmi-mndiag": dcgm_mndiag.parse_mndiag,
+    "nvloom": nvloom.parse_nvloom,
+    "nvidia-imex-ctl": imex.parse_imex_ctl,
 }
 
 _M = re.MULTILINE
@@ -44,6 +73,17 @@ _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
                                 # a pasted piece of the table: a system row of an entity's errors
                                 r"|^\|\s{4,12}-> (?:PCIe|NVLINK|Memory|SM|InfoROM|Thermal|Power|ConnectX) system\s+\|"
                                 r"\s*(?:Healthy|Warning|Failure)\b", _M)),
+    # dcgmi mndiag --json names itself in dcgmi diag's key, and its results carry host_id (two trays' GPU 1 are
+    # two GPUs): read as dcgmi diag, they merged.
+    ("dcgmi-mndiag", re.compile(r"\"DCGM Diagnostic\"\s*:\s*\"DCGM Multi-Node Diagnostic\"")),
+    # nvloom_cli: its banner, a Process line, a testcase error, a bisect row (i->peer)
+    ("nvloom", re.compile(r"^nvloom_cli\s+\d|^Process\s+\d+\s+\([^)\n]*\):\s+device\s+-?\d+:.*;\s+rackGuid:"
+                          r"|^Error running testcase \S+:|^\d{1,6}->\d{1,6}\t", _M)),
+    # nvidia-imex-ctl -N -j (a node's connections), -N (its legend, matrix, domain state)
+    ("nvidia-imex-ctl", re.compile(r"\"connections\"\s*:\s*\{\s*\"\d+\"\s*:|^Connectivity Table Legend:"
+                                   r"|^\s*Nodes From\\To\b|^Domain State:\s*[A-Z]+\s*$", _M)),
+    # nvidia-imex-ctl -q: the daemon's state word, alone
+    ("nvidia-imex-ctl", re.compile(r"\A\s*(?:" + "|".join(imex.IMEX_STATES) + r")\s*\Z")),
     ("dcgmi-diag", re.compile(r"\"DCGM (?:GPU )?Diagnostic\"\s*:|\"test_categories\"\s*:")),
     ("dcgmi-diag", re.compile(r"^\s*\|\s*Diagnostic\s*\|\s*Result\s*\||^\s*[|+]-+\s+Deployment\s+-+[+|]"
                               r"|^Successfully ran diagnostic", _M)),
@@ -60,6 +100,12 @@ _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
                                    r"|^\s*\|\s*Instance Hierarchy\s*\|"
                                    # a pasted GPU row of the table, without its header
                                    r"|^\s*\|\s*\d{1,4}\s*\|\s*(?:Name|PCI Bus ID|Device UUID)\s*:", _M)),
+    # nvbandwidth's banner or a testcase line, text or -j JSON
+    ("nvbandwidth", re.compile(r"^nvbandwidth Version:|^Running (?:host|device|all|one)_to_\w{1,60}_(?:ce|sm)\.\s*$"
+                               r'|"nvbandwidth"\s*:\s*\{', _M)),
+    # perftest (ib_write_bw, ib_read_bw, ib_send_bw): the test banner, the result header, the server's wait
+    ("perftest", re.compile(r"^\s*(?:RDMA_(?:Write|Read)|Send) BW Test\s*$|#bytes\s+#iterations\s+BW peak\["
+                            r"|^\*\s*Waiting for client to connect\.\.\.\s*\*", _M)),
     ("nccl-tests", re.compile(r"^\W{0,20}#\s*nThread\s+\d|Avg bus bandwidth\s*:|#\s+out-of-place\s+in-place"
                               r"|Test (?:NCCL|CUDA) failure|Collective test starting", _M)),
     # result rows pasted without the header: size, count, a data type, [redop, root,] then time/algbw/busbw/#wrong
@@ -73,6 +119,10 @@ _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("kmsg", re.compile(r"NVRM: Xid\b|\bXid\s*\(PCI:|\bSXid\s*\(")),
     ("nvidia-smi-text", re.compile(r"=+\s*NVSMI LOG\s*=+|^\s*Attached GPUs\s*:|"
                                    r"NVIDIA-SMI\s+\S+\s+(?:Driver|KMD) Version:", _M)),
+    # nvidia-smi mig -lgip / -lgi: a table title, or a profile / instance row without it
+    ("nvidia-smi-mig", re.compile(r"^\|\s*GPU instance(?: profile)?s:\s*\|"
+                                  r"|^\|\s{0,8}\d{1,4}\s+MIG\s+\S{1,40}\s+\d{1,4}\s+"
+                                  r"(?:\d{1,4}/\d{1,4}|\d{1,4}\s+\d{1,4}:\d{1,4})\s", _M)),
     ("nvidia-smi-text", nvidia_smi.TABLE_ROW_RE),  # default-table rows without the table's title
     ("nvidia-smi-topo", re.compile(r"^\s*GPU0\b.*\b(?:CPU Affinity|NUMA Affinity|GPU\d+)\b"
                                    # matrix rows without the header
@@ -92,6 +142,7 @@ _CSV_KEYS = {"name", "gpu_name", "pci.bus_id", "gpu_bus_id", "uuid", "gpu_uuid",
              "driver_version", "temperature.gpu", "memory.used", "memory.total", "utilization.gpu", "power.draw"}
 _DCGM_STATUS_RE = re.compile(r'"status"\s*:\s*"(?:Pass|Fail|Warn|Skip|Error|Not Run)"', _I)
 _DCGM_RESULT_KEY_RE = re.compile(r'"(?:entity_id|entity_group|gpu_ids?|test_summary)"\s*:')
+_MNDIAG_KEY_RE = re.compile(r'"(?:host_id|mpi_error)"\s*:')  # keys dcgmi mndiag's results have, dcgmi diag's not
 _KMSG_WEAK_RE = re.compile(r"^\s*\[\s*\d+\.\d+\]|^\s*\[[A-Z][a-z]{2} [A-Z][a-z]{2}\s+\d+ [\d:]+ \d{4}\]"
                            r"|^\s*[A-Z][a-z]{2}\s+\d+ [\d:]{8} \S+ kernel:|\bNVRM:", _M)
 
@@ -121,7 +172,7 @@ def detect_format(text: str) -> str | None:
         if pattern.search(text):
             return name
     if _dcgm_json_fragment(text):
-        return "dcgmi-diag"
+        return "dcgmi-mndiag" if _MNDIAG_KEY_RE.search(text) else "dcgmi-diag"
     if len(_SMI_KEYS_RE.findall(text)) >= 2:
         return "nvidia-smi-text"
     if _csv_header(text):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import replace
 from typing import Any, Mapping, Optional
@@ -112,9 +113,12 @@ def summary_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
     if lspci is not None:
         out["pci_gpu_count"] = len(lspci.gpus)
     out.update(catalog_summary(facts))
-    gflops = diag_gflops(facts.get("dcgm_diag") or {})
+    gflops = diag_gflops(facts.get("dcgm_diag") or {}, facts.get("dcgm_gemm"))
     if gflops:
         out["dcgm_diag_gflops"] = gflops
+    gflops = burnin_gflops(facts.get("burnin_load"))
+    if gflops:
+        out["burnin_gflops"] = gflops
     out.update(storage_figures(facts.get("storage")))
     out.update(nvbandwidth_figures(facts.get("nvbandwidth")))
     series = burnin_series(facts.get("burnin_sampler"))
@@ -206,14 +210,27 @@ def storage_figures(run: Optional[StorageRun]) -> dict[str, dict[str, float]]:
     return out
 
 
-def diag_gflops(diag: Mapping[int, Any]) -> dict[str, float]:
-    """{GPU index (str): gigaflops} from the highest diag level whose Diagnostic test printed them (fleet.performance
-    compares them across nodes); {} when none did (r1/r2 have no Diagnostic test; DCGM 3 text output has no info)."""
+def diag_gflops(diag: Mapping[int, Any], gemm: Any = None) -> dict[str, float]:
+    """{GPU index (str): gigaflops} of DCGM's Diagnostic (GEMM) plugin (fleet.performance compares them across nodes):
+    from the highest diag level whose Diagnostic test printed them, else the plugin run alone (``dcgm_gemm``, the
+    standard level's); {} when none did (r1/r2 have no Diagnostic test; DCGM 3 text output has no info)."""
     for level in sorted(diag, reverse=True):
         out = diagnostic_gflops(diag[level]) if isinstance(diag[level], DcgmDiagFacts) else {}
         if out:
             return out
-    return {}
+    return diagnostic_gflops(gemm) if isinstance(gemm, DcgmDiagFacts) else {}
+
+
+def burnin_gflops(load: Any) -> dict[str, float]:
+    """{GPU index (str): the median of its Diagnostic (GEMM) gigaflops over the burn-in's iterations}: one
+    iteration's figure is that of one temperature, the median the GPU's steady one under sustained load
+    (fleet.performance's ``burnin_gflops``, beside the heavy stage's ``dcgm_gflops``)."""
+    per_gpu: dict[str, list[float]] = {}
+    for step in (getattr(load, "steps", None) or ()):
+        for gpu, value in step.gflops.items():
+            if math.isfinite(value):
+                per_gpu.setdefault(gpu, []).append(value)
+    return {gpu: round(statistics.median(values), 2) for gpu, values in per_gpu.items()}
 
 
 __all__ = ["node_facts", "summary_facts", "replace"]

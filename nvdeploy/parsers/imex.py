@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 IMEX_STATES = ("INITIALIZING", "STARTING_AUTH_SERVER", "WAITING_FOR_PEERS", "WAITING_FOR_RECOVERY", "INIT_GPU",
@@ -126,6 +126,81 @@ def parse_imex_domain_json(text: Any) -> Optional[ImexDomainView]:
     status = data.get("status")
     return ImexDomainView(str(status).upper() if isinstance(status, str) else None, tuple(nodes),
                           str(data.get("timestamp", "")), tuple(warnings))
+
+
+# The -N text form's matrix letters (its "Connectivity Table Legend"), as the JSON form names the states.
+_LETTERS = {"C": CONNECTED, "I": "INVALID", "N": "NEVER_CONNECTED", "R": "RECOVERING", "D": "DISCONNECTED",
+            "A": "AUTHENTICATING", "!V!": "VERSION_MISMATCH", "!M!": "NODE_MAP_MISMATCH"}
+_NODE_RE = re.compile(r"^Node #(\d+)\s+-\s+(\S+)\s+-\s+([A-Z_]+)(?:\s+-\s+Version:\s*(\S*))?\s*$")
+_MATRIX_RE = re.compile(r"^\s*Nodes From\\To((?:\s+\d+)+)\s*$")
+_DOMAIN_RE = re.compile(r"^Domain State:\s*(\S+)\s*$")
+
+
+def parse_imex_domain_text(text: Any) -> Optional[ImexDomainView]:
+    """The domain view from ``nvidia-imex-ctl -N`` (text): the ``Nodes:`` list, the ``Nodes From\\To`` matrix
+    and ``Domain State``; None when there is no node list."""
+    hosts: dict[str, tuple[str, str, str]] = {}
+    cells: dict[str, dict[str, str]] = {}
+    columns: list[str] = []
+    status = None
+    warnings: list[str] = []
+    for line in _text(text).split("\n"):
+        node = _NODE_RE.match(line.strip())
+        if node:
+            hosts[node.group(1)] = (node.group(2), node.group(3), node.group(4) or "")
+            continue
+        header = _MATRIX_RE.match(line)
+        if header:
+            columns = header.group(1).split()
+            continue
+        domain = _DOMAIN_RE.match(line.strip())
+        if domain:
+            status = domain.group(1).upper()
+            continue
+        words = line.split()
+        if columns and words and words[0].isdigit() and len(words) == len(columns) + 1:
+            cells[words[0]] = {peer: _LETTERS.get(letter, letter) for peer, letter in zip(columns, words[1:])}
+    if not hosts:
+        return None
+    nodes = []
+    for key in sorted(hosts, key=_index_key):
+        host, state, version = hosts[key]
+        row = cells.get(key)
+        if row is None and cells:
+            warnings.append(f"node {key}: no row in the connectivity matrix")
+        connections = tuple(ImexConnection(peer, hosts.get(peer, ("", "", ""))[0], cell)
+                            for peer, cell in sorted((row or {}).items(), key=lambda kv: _index_key(kv[0])))
+        nodes.append(ImexNode(key, host, state, version, "", connections))
+    return ImexDomainView(status, tuple(nodes), "", tuple(warnings))
+
+
+@dataclass(frozen=True)
+class ImexCtlOutput:
+    """What a pasted ``nvidia-imex-ctl`` output holds (``nvdeploy parse nvidia-imex-ctl``): the domain view of
+    ``-N -j`` or ``-N``, or the daemon state of ``-q``."""
+
+    form: str = ""  # "-N -j", "-N" or "-q"; "" when none was recognised
+    view: Optional[ImexDomainView] = None
+    state: Optional[str] = None
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_imex_ctl(text: Any) -> ImexCtlOutput:
+    """Any of ``nvidia-imex-ctl``'s outputs this project reads, told apart by their content."""
+    view = parse_imex_domain_json(text)
+    if view is not None:
+        return ImexCtlOutput("-N -j", view, warnings=view.warnings)
+    view = parse_imex_domain_text(text)
+    if view is not None:
+        return ImexCtlOutput("-N", view, warnings=view.warnings)
+    state = parse_imex_query(text)
+    if state is not None:
+        return ImexCtlOutput("-q", state=state)
+    said = next((line.strip() for line in _text(text).split("\n") if line.strip()), "")
+    return ImexCtlOutput(warnings=(f"not an nvidia-imex-ctl -q, -N or -N -j output: {said[:120]!r}",))
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 _RUNNING = re.compile(r"^Running (\S+?)\.?\s*$")
@@ -24,6 +24,12 @@ _SUM = re.compile(r"^SUM (\S+) (\S+)\s*$")
 _CELL = re.compile(r"^(?:N/A|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)$")
 _VERSION = re.compile(r"^nvbandwidth Version: (\S+)")
 _DRIVER = re.compile(r"^Driver Version: (\S+)")
+# How nvbandwidth stops on a failed CUDA call or check (its CU_ASSERT/CUDA_ASSERT/ASSERT macros, one line each):
+# "[CUDA_ERROR_NOT_PERMITTED] operation not permitted in expression ...", "[cudaErrorUnsupportedPtxVersion] ...",
+# "ASSERT in expression h_errorFlag == 0 in ...". The run ends there: the testcase failed, it was not cut off.
+_FATAL = re.compile(r"^(?:\[(?:CUDA_ERROR_\w+|cuda\w+)\]|ASSERT in expression\b)")
+# A copy whose data did not verify prints this before its ASSERT line.
+_PATTERN = re.compile(r"^Invalid value when checking the pattern\b")
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,9 @@ class NvbRun:
     driver_version: Optional[str] = None
     testcases: tuple[NvbTestcase, ...] = ()
     error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
     def testcase(self, name: str) -> Optional[NvbTestcase]:
         for case in self.testcases:
@@ -86,13 +95,14 @@ def _text(text: str) -> Optional[NvbRun]:
     rows: list[tuple[Optional[float], ...]] = []
     columns: Optional[int] = None
     error = ""
+    pattern = ""
 
     def close(status: str = "Passed", message: str = "", total: Optional[float] = None) -> None:
-        nonlocal name, description, rows, columns
+        nonlocal name, description, rows, columns, pattern
         if name is not None:
             cases.append(NvbTestcase(name, status if rows or status != "Passed" else "Error", description,
                                      tuple(rows), total, message or ("" if rows else "no bandwidth matrix")))
-        name, description, rows, columns = None, "", [], None
+        name, description, rows, columns, pattern = None, "", [], None, ""
 
     for raw in text.splitlines():
         line = raw.strip()
@@ -108,8 +118,14 @@ def _text(text: str) -> Optional[NvbRun]:
             name = running.group(1)
             continue
         if name is None:
-            if line.startswith("ERROR") and not error:
+            if (line.startswith("ERROR") or _FATAL.match(line)) and not error:
                 error = line
+            continue
+        if _PATTERN.match(line):
+            pattern = pattern or line
+            continue
+        if _FATAL.match(line):
+            close("Error", pattern or line)
             continue
         total = _SUM.match(line)
         if total and total.group(1) == name:
@@ -133,7 +149,7 @@ def _text(text: str) -> Optional[NvbRun]:
         if len(words) == columns + 1:
             rows.append(tuple(_number(w) for w in words[1:]))
     if name is not None:
-        close("Error", "output ends before the testcase's SUM line (cut off)")
+        close("Error", pattern or "output ends before the testcase's SUM line (cut off)")
     if version is None and not cases:
         return None
     return NvbRun("text", version, driver, tuple(cases), error)

@@ -19,8 +19,8 @@ Pure: never raises; what it cannot read is left out and said in ``problems``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Optional
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
 
 _PROCESS = re.compile(r"^Process\s+(\d+)\s+\((?P<host>[^)]*)\):\s+device\s+(?P<dev>-?\d+):\s+(?P<name>.*?)"
                       r"(?:\s+\((?P<pci>[0-9a-fA-F]{8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})\))?;\s+rackGuid:\s*(?P<rack>\S*)")
@@ -80,6 +80,9 @@ class NvloomRun:
     @property
     def recognised(self) -> bool:
         return bool(self.version or self.processes or self.testcases or self.errors)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def _number(text: str) -> Optional[float]:

@@ -24,8 +24,8 @@ gives Gb/s; without it the header says ``[MB/sec]`` (MiB/s, converted here).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Optional
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
 
 _HEADER = re.compile(r"#bytes\s+#iterations\s+BW peak\[(Gb|MB)/sec\]\s+BW average\[(?:Gb|MB)/sec\]")
 _ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)(?:\s+([0-9.]+))?\s*$")
@@ -57,6 +57,9 @@ class PerftestResult:
     rows: tuple[PerftestRow, ...] = ()
     complete: bool = False
     errors: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "bw_gbps": self.bw_gbps}
 
     @property
     def bw_gbps(self) -> Optional[float]:

@@ -61,6 +61,22 @@ def parse_systemctl_state(text: Any) -> str | None:
     return None
 
 
+_UNIT_FILE_STATES = ("enabled", "enabled-runtime", "linked", "linked-runtime", "alias", "masked", "masked-runtime",
+                     "static", "indirect", "disabled", "generated", "transient", "bad")
+
+
+def parse_unit_file_state(text: Any) -> str | None:
+    """The first line of ``systemctl is-enabled UNIT`` (``enabled``, ``disabled``, ``masked``, ...); ``not-found``
+    when systemd has no such unit; None when the output is none of these."""
+    for line in _text(text).split("\n"):
+        word = line.strip().lower()
+        if word:
+            if word in _UNIT_FILE_STATES:
+                return word
+            return "not-found" if "no such file or directory" in word or word == "not-found" else None
+    return None
+
+
 _DCGM_VERSION_RE = re.compile(r"^\s*(?:dcgmi\s+)?version\s*:\s*([0-9][0-9A-Za-z.+~-]*)", re.IGNORECASE | re.MULTILINE)
 
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import replace
 from typing import Optional, Sequence
 
-from nvdeploy.checks.imex import DAEMON_CHECK, DOMAIN_CHECK, Tray, judge_domain, not_asked
+from nvdeploy.checks.imex import DAEMON_CHECK, DOMAIN_CHECK, Tray, dra_managed, judge_domain, not_asked
 from nvdeploy.collect.stack_commands import IMEX_DOMAIN_ARGV, IMEX_DRA, IMEX_HOST, imex_address, imex_domains, imex_mode
 from nvdeploy.config.inventory import Host
 from nvdeploy.config.profiles import ProfileCatalog
@@ -89,8 +89,10 @@ def _why(result: CommandResult, host: Host) -> str:
 def judge_one(domain: str, members: Sequence[Host], nodes: dict[str, NodeResult],
               asker: _Asker) -> tuple[dict[str, list[Finding]], list[Finding]]:
     """Ask the domain's trays (see the module doc) and judge the view."""
-    # A tray whose imex.daemon SKIPped found Kubernetes running IMEX: it is not one of the host's domain.
-    trays_hosts = [h for h in members if _daemon(nodes.get(h.name)) is not Verdict.SKIP]
+    # A tray whose IMEX Kubernetes runs (its imex.daemon SKIPped, or the DRA driver's plugin is on it) is not one
+    # of the host's domain.
+    trays_hosts = [h for h in members if _daemon(nodes.get(h.name)) is not Verdict.SKIP and not dra_managed(
+        h.vars, bool(nodes[h.name].facts.get("imex_dra_plugin")) if h.name in nodes else False)]
     if not trays_hosts:
         return {}, [Finding(DOMAIN_CHECK, Verdict.SKIP, f"IMEX domain {domain}: IMEX is managed by Kubernetes on every "
                             "tray (DRA ComputeDomains): judge the ComputeDomains with kubectl")]

@@ -56,7 +56,7 @@ def phase_run_result(header: dict[str, Any], nodes: tuple[NodeResult, ...], phas
                      cluster_findings=cluster_findings, started_at=header["started_at"], finished_at=_now(),
                      duration_s=duration_s, level=level, profiles=header["profiles"], interrupted=interrupted,
                      nvdeploy_version=__version__, inventory=header["inventory"], user=header["user"],
-                     phases=tuple(data))
+                     phases=tuple(data), plan=bool(header.get("dry_run")))
 
 
 def run_playbook_phase(phase: str, inventory: Inventory, catalog: ProfileCatalog, options: PhaseOptions,
@@ -77,7 +77,7 @@ def run_playbook_phase(phase: str, inventory: Inventory, catalog: ProfileCatalog
     run = phase_run_result(header, result.nodes, [result.to_dict()], time.monotonic() - started,
                            interrupted=result.interrupted)
     reports = write_reports(run, recorder.run_dir)
-    code = exit_code_for(run.verdict, result.interrupted, result.interrupt_code)
+    code = exit_code_for(run.outcome, result.interrupted, result.interrupt_code)
     return PhaseOutcome(run, recorder.run_dir, reports, int(code), (result,))
 
 

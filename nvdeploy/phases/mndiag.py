@@ -69,7 +69,7 @@ def _run_one(domain: Domain, index: int, hosts: Sequence[Host], catalog: Profile
     run = parse_mndiag(result.text)
     if mndiag_absent(run, result.rc, text):
         return DomainVerdict(Verdict.ERROR, f"dcgmi mndiag not run on {domain.name}: {GET_IT}",
-                             reason=ErrorReason.NOT_RUN), evidence
+                             reason=ErrorReason.NOT_RUN, missing=True), evidence
     return judge_mndiag(run, result.rc, len(group), domain.name), evidence
 
 

@@ -18,7 +18,7 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from nvdeploy.checks.nccl import Assessment, NcclExpectation, assess
 from nvdeploy.collect.stage_limits import MPIRUN_GRACE_S
@@ -81,26 +81,28 @@ def multinode_expectation(profile: Profile) -> NcclExpectation:
 
 
 def mpirun_argv(group: Sequence[Host], gpus_per_node: int, launcher: Host, timeout_s: float,
-                extra_env: Optional[Mapping[str, str]] = None) -> tuple[str, ...]:
+                extra_env: Optional[Mapping[str, str]] = None, force_ring: bool = True) -> tuple[str, ...]:
     """The mpirun command line: host list from the inventory (names are validated there, so none can pass
     as an option), NCCL environment from the launcher's ``nccl_env`` (then ``extra_env``), ``--timeout`` so a
     hang ends in mpirun."""
     hosts = ",".join(f"{h.address}:{gpus_per_node}" for h in group)
     argv = ["mpirun", "--timeout", str(int(timeout_s)), "--bind-to", "none", "-np", str(gpus_per_node * len(group)),
             "-H", hosts]
-    for name, value in nccl_env(group, launcher, extra_env).items():
+    for name, value in nccl_env(group, launcher, extra_env, force_ring).items():
         argv += ["-x", f"{name}={value}"]
     if launcher.get("ssh_user") == "root":
         argv.insert(1, "--allow-run-as-root")
     return (*argv, *nccl_tool_argv(launcher))
 
 
-def nccl_env(group: Sequence[Host], launcher: Host, extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+def nccl_env(group: Sequence[Host], launcher: Host, extra: Optional[Mapping[str, str]] = None,
+             force_ring: bool = True) -> dict[str, str]:
     """The ranks' NCCL environment: NCCL_DEBUG=VERSION, then the launcher's ``nccl_env`` (sorted); ``extra`` (a
-    stage's own settings, e.g. multi-node NVLink on or off) wins over ``nccl_env``: it is what the stage measures."""
+    stage's own settings, e.g. multi-node NVLink on or off) wins over ``nccl_env``: it is what the stage measures.
+    ``force_ring``: ``NCCL_ALGO=RING`` for a 2-node group (InfiniBand pairs; nccl.domain keeps NCCL's choice)."""
     env = {str(k): str(v) for k, v in (launcher.get("nccl_env") or {}).items()}
     env.update(extra or {})
-    if len(group) == 2:
+    if len(group) == 2 and force_ring:
         # Tree algorithms report more than two nodes' links can carry: ring is the honest 2-node figure.
         env["NCCL_ALGO"] = "RING"
     return {"NCCL_DEBUG": "VERSION", **dict(sorted(env.items()))}
@@ -117,7 +119,8 @@ class MultiNodeRunner:
     def __init__(self, hosts: Sequence[Host], catalog: ProfileCatalog, options: EngineOptions,
                  recorder: RunRecorder, all_hosts: Sequence[Host], deadline_at: Optional[float] = None,
                  extra_env: Optional[Mapping[str, str]] = None, expectation: Optional[NcclExpectation] = None,
-                 low_bw_hint: Optional[str] = None, evidence_prefix: str = "nccl_multinode") -> None:
+                 low_bw_hint: Optional[str] = None, evidence_prefix: str = "nccl_multinode",
+                 expectation_of: Optional[Callable[[int], NcclExpectation]] = None, force_ring: bool = True) -> None:
         self.hosts = {h.name: h for h in hosts}
         self.deadline_at = deadline_at
         self.catalog = catalog
@@ -133,6 +136,9 @@ class MultiNodeRunner:
         self.low_bw_hint = low_bw_hint or ("the slowest inter-node link sets the pace: check InfiniBand ports, "
                                            "cables and switches of these nodes")
         self.evidence_prefix = evidence_prefix
+        # nccl.domain: a floor per group size (ranks), and NCCL's own algorithm on 2-node groups.
+        self.expectation_of = expectation_of
+        self.force_ring = force_ring
 
     def run_group(self, names: Sequence[str]) -> GroupRun:
         group = [self.hosts[n] for n in names]
@@ -154,12 +160,12 @@ class MultiNodeRunner:
             # mpirun over SSH from a launcher node.
             tool = "srun"
             result = pool.run_nccl([h.name for h in group], gpus, nccl_tool_argv(launcher),
-                                   nccl_env(group, launcher, self.extra_env),
+                                   nccl_env(group, launcher, self.extra_env, self.force_ring),
                                    mpirun_timeout, command_timeout, ranks_per_node=ranks)
         else:
             tool = "mpirun"
-            spec = CommandSpec("nccl_multinode", mpirun_argv(group, ranks, launcher, mpirun_timeout, self.extra_env),
-                               command_timeout)
+            spec = CommandSpec("nccl_multinode", mpirun_argv(group, ranks, launcher, mpirun_timeout, self.extra_env,
+                                                             self.force_ring), command_timeout)
             transport = make_transport(launcher, self.catalog, self.options, peers=self.all_hosts)
             try:
                 transport.connect()
@@ -179,7 +185,8 @@ class MultiNodeRunner:
                                     f"{result.error_detail or 'timed out'}", reason=result.error or ErrorReason.TIMEOUT)
             return self._keep(GroupRun(tuple(names), False, (assessment,), evidence, None))
         facts = parse_nccl_tests(result.text)
-        exp = self.expectation if self.expectation is not None else multinode_expectation(profile)
+        exp = (self.expectation_of(ranks * len(group)) if self.expectation_of is not None else
+               self.expectation if self.expectation is not None else multinode_expectation(profile))
         assessments = assess(facts, result, ranks=ranks * len(group), exp=exp,
                              label=f"all_reduce_perf on {fold(names)}", low_bw_hint=self.low_bw_hint)
         ok = all(a.verdict in (Verdict.PASS, Verdict.WARN) for a in assessments)

@@ -183,7 +183,7 @@ def run_optimize(inventory: Inventory, catalog: ProfileCatalog, options: PhaseOp
     run = phase_run_result(header, final, phases, time.monotonic() - started, level=level,
                            interrupted=interrupted is not None, cluster_findings=cluster)
     reports = write_reports(run, recorder.run_dir)
-    code = exit_code_for(run.verdict, interrupted is not None, interrupted or 130)
+    code = exit_code_for(run.outcome, interrupted is not None, interrupted or 130)
     return PhaseOutcome(run, recorder.run_dir, reports, int(code), (tuning,) if tuning else ())
 
 

@@ -245,7 +245,47 @@ class StepRunner(NodeRunner):
         return Finding(f"{self.phase}.sudo", Verdict.ERROR, f"sudo failed: {detail}", node=ctx.host.name,
                        reason=result.error or ErrorReason.SUDO, remediation=Remediation.INVESTIGATE)
 
+    def _reboot_refused(self, ctx: ActionContext, host: Host, plan: list[PlannedStep]) -> Optional[list[StepResult]]:
+        """The node's steps refused before any change when their plan needs a reboot that --allow-reboot does not
+        grant (else None): a driver change under a loaded module would otherwise be installed, left unloaded,
+        and the rest of the steps not run. The plan is the dry-run's, on the same connection (probes only)."""
+        if ctx.dry_run or ctx.allow_reboot or not any(p.skip is None and p.step.action == "node.reboot"
+                                                      for p in plan):
+            return None
+        check = ctx.planning()
+        refusal: Optional[StepResult] = None
+        for planned in plan:
+            if planned.skip is not None:
+                continue
+            result = run_action(ACTIONS[planned.step.action], check, planned.step.id, planned.step.name,
+                                planned.params)
+            if result.status is StepStatus.FAILED:
+                refusal = result if result.reason is ErrorReason.REBOOT_REQUIRED else None
+                break
+        if refusal is None:
+            return None
+        why = refusal.message.split("the run would stop here: ", 1)[-1]
+        results = []
+        for planned in plan:
+            step = planned.step
+            if planned.skip is not None:
+                results.append(StepResult(step.id, step.name, step.action, StepStatus.SKIPPED, planned.skip))
+            elif step.id == refusal.step:
+                results.append(StepResult(step.id, step.name, step.action, StepStatus.FAILED,
+                                          f"refused before any change: the plan needs it: {why}",
+                                          reason=ErrorReason.REBOOT_REQUIRED))
+            else:
+                results.append(StepResult(step.id, step.name, step.action, StepStatus.NOT_RUN,
+                                          f"not run: the plan needs a reboot (step {refusal.step}) that "
+                                          "--allow-reboot does not grant; nothing was changed"))
+        for result in results:
+            self.recorder.journal({"type": "step", "phase": self.phase, "node": host.name, **result.to_dict()})
+        return results
+
     def _steps(self, ctx: ActionContext, host: Host, plan: list[PlannedStep]) -> list[StepResult]:
+        refused = self._reboot_refused(ctx, host, plan)
+        if refused is not None:
+            return refused
         results: list[StepResult] = []
         failed: Optional[str] = None
         for planned in plan:

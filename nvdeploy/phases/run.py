@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from nvdeploy.config.inventory import Inventory
 from nvdeploy.config.levels import LEVELS
@@ -65,12 +65,17 @@ def load_run_playbook(path: Path) -> RunPlaybook:
 
 def run_all(inventory: Inventory, catalog: ProfileCatalog, options: PhaseOptions, out_base: Path, run_path: Path,
             continue_on_fail: bool = False, progress: Optional[Callable[[NodeResult], None]] = None,
-            announce: Optional[Callable[[str], None]] = None) -> PhaseOutcome:
+            announce: Optional[Callable[[str], None]] = None,
+            finished: Optional[Callable[[Mapping[str, Any], Optional[PhaseResult]], None]] = None) -> PhaseOutcome:
+    """install, validate, optimize, validate-after. ``announce``: called with each phase's name as it starts;
+    ``finished``: with each phase's results.json entry (and its PhaseResult, for install and optimize) as it
+    ends, so that a terminal shows each phase's details under its own heading, in order."""
     chain = load_run_playbook(run_path)
     install_plans = plan_hosts(chain.install, inventory.hosts, catalog, options.tags, options.skip_tags,
                                inventory.every_host)
     optimize_plans = plan_hosts(chain.optimize, inventory.hosts, catalog, options.tags, options.skip_tags)
     say = announce or (lambda _text: None)
+    ended = finished or (lambda _entry, _result: None)
     started = time.monotonic()
     recorder, header = open_run(inventory, catalog, out_base, "run",
                                 {"playbook": chain.path, "dry_run": options.dry_run, "level": chain.level,
@@ -85,6 +90,7 @@ def run_all(inventory: Inventory, catalog: ProfileCatalog, options: PhaseOptions
                               PhaseRecorder(recorder, "install"), progress)
         results.append(installed)
         phases.append(installed.to_dict())
+        ended(phases[-1], installed)
         nodes = installed.nodes
         cluster: tuple = ()
         if installed.interrupted:
@@ -94,15 +100,18 @@ def run_all(inventory: Inventory, catalog: ProfileCatalog, options: PhaseOptions
             validated, cluster, interrupted = validate_hosts(hosts, catalog, options.engine,
                                                              PhaseRecorder(recorder, "validate"), chain.level, progress)
             phases.append(validation_phase("validate", chain.level, validated, cluster))
+            ended(phases[-1], None)
             nodes = merge_steps(validated, installed)
             gate = cluster_verdict([n.verdict for n in nodes] + [f.verdict for f in cluster])
             if interrupted is None:
                 if gate is not ClusterVerdict.READY and not continue_on_fail:
                     phases.append({"phase": "optimize", "status": "not_run", "summary": "optimize: not run: the "
                                    f"validation after install is {gate.value} (--continue-on-fail tunes anyway)"})
+                    ended(phases[-1], None)
                 elif not [h for h in hosts if h.name not in installed.failed_nodes]:
                     phases.append({"phase": "optimize", "status": "not_run",
                                    "summary": "optimize: not run: every node failed install"})
+                    ended(phases[-1], None)
                 else:
                     tunable = [h for h in hosts if h.name not in installed.failed_nodes]
                     say("optimize")
@@ -112,8 +121,11 @@ def run_all(inventory: Inventory, catalog: ProfileCatalog, options: PhaseOptions
                         tuple(n for n in validated if n.name in {h.name for h in tunable}), progress)
                     results.append(tuning)
                     phases.append(tuning.to_dict())
+                    ended(phases[-1], tuning)
                     if after is not None:
+                        say("validate-after")
                         phases.append(validation_phase("validate-after", chain.level, after, after_cluster))
+                        ended(phases[-1], None)
                         cluster = after_cluster if len(tunable) == len(hosts) else cluster
                     nodes = merge_steps(merge_steps(final_nodes(validated, after, tuning), installed), tuning)
     finally:
@@ -123,5 +135,5 @@ def run_all(inventory: Inventory, catalog: ProfileCatalog, options: PhaseOptions
     run = phase_run_result(header, nodes, phases, time.monotonic() - started, level=chain.level,
                            interrupted=interrupted is not None, cluster_findings=tuple(cluster))
     reports = write_reports(run, recorder.run_dir)
-    code = exit_code_for(run.verdict, interrupted is not None, interrupted or 130)
+    code = exit_code_for(run.outcome, interrupted is not None, interrupted or 130)
     return PhaseOutcome(run, recorder.run_dir, reports, int(code), tuple(results))

@@ -13,6 +13,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from nvdeploy import __version__
 from nvdeploy.checks.cluster import VERSION_CONSISTENCY
+from nvdeploy.checks.firmware_consistency import FACT as FIRMWARE_FACT
+from nvdeploy.checks.firmware_consistency import MUST_MATCH_FACT as FIRMWARE_MUST_MATCH
 from nvdeploy.checks.fleet import CHECK_ID as FLEET_CHECK
 from nvdeploy.checks.fleet import FIGURES as FLEET_FIGURES
 from nvdeploy.checks.fleet import fleet_section
@@ -67,6 +69,8 @@ BRIEF_FACTS = tuple(dict.fromkeys(REPORT_FACTS + tuple(key for key, _check, _wha
                                   + tuple(figure.fact for figure in FLEET_FIGURES)))
 # nvlink.domain groups the trays by the NVLink domains their GPUs registered with (nvdeploy/checks/nvlink_domain.py).
 BRIEF_FACTS = BRIEF_FACTS + (DOMAIN_FACT,)
+# firmware.consistency compares each profile's nodes' firmware (nvdeploy/checks/firmware_consistency.py).
+BRIEF_FACTS = BRIEF_FACTS + (FIRMWARE_FACT, FIRMWARE_MUST_MATCH)
 BRIEF_FINDINGS = (POWER_NODE_CHECK,)
 
 
@@ -93,6 +97,8 @@ def run_validate(inventory: Inventory, catalog: ProfileCatalog, options: EngineO
               "started_at": _now(), "profiles": profiles, "nvdeploy_version": __version__,
               "inventory": inventory.path, "user": _user(), "hosts": [h.name for h in inventory.hosts],
               "fail_on_warn": fail_on_warn, "checks": list(options.checks), "racks": racks_of(inventory.hosts)}
+    if options.only_checks:
+        header["only_checks"] = True  # validate --check: the cluster stage runs only what was chosen
     if options.waivers:
         header["waivers"] = [w.to_dict() for w in options.waivers]
     if options.burn_in_s is not None:
@@ -111,8 +117,13 @@ def run_validate(inventory: Inventory, catalog: ProfileCatalog, options: EngineO
 def _execute(header: dict, todo: list[Host], kept: list[NodeResult], recorder: RunRecorder,
              catalog: ProfileCatalog, options: EngineOptions, fail_on_warn: bool,
              progress: Optional[Callable[[NodeResult], None]], all_hosts: list[Host]) -> ValidateOutcome:
+    from nvdeploy.config.waivers import Waiver, run_date
     from nvdeploy.results import exit_code_for
 
+    # The waivers from the run's header, judged on the day it started: a resumed run's nodes get the same DCGM
+    # --ignoreErrorCodes as its first ones, and a waiver that lapsed since still holds for it.
+    options = replace(options, waivers=tuple(Waiver.from_dict(w) for w in header.get("waivers") or ()),
+                      waiver_date=run_date(header.get("started_at")))
     started = time.monotonic()
     deadline_at = started + options.deadline_s if options.deadline_s else None
     processes = auto_processes(len(todo)) if options.eval_processes is None else options.eval_processes
@@ -151,12 +162,11 @@ def _execute(header: dict, todo: list[Host], kept: list[NodeResult], recorder: R
         if options.progress is not None:
             options.progress.end()  # the status line is gone before anything else is printed
         recorder.close()
+    # The stages' cluster findings go in before the waivers are applied: those their node findings stand behind.
     run = finish_run(header, spool, list(header.get("hosts", [])), interrupt is not None,
-                     time.monotonic() - started, fail_on_warn)
-    if extra_cluster:
-        run = replace(run, cluster_findings=run.cluster_findings + tuple(extra_cluster))
+                     time.monotonic() - started, fail_on_warn, extra_cluster)
     reports = write_reports(run, recorder.run_dir)
-    code = exit_code_for(run.verdict, interrupt is not None, interrupt.exit_code if interrupt else 130)
+    code = exit_code_for(run.outcome, interrupt is not None, interrupt.exit_code if interrupt else 130)
     return ValidateOutcome(run, recorder.run_dir, reports, int(code))
 
 
@@ -320,4 +330,4 @@ def rebuild_reports(run_dir: Path) -> ValidateOutcome:
     else:
         raise FileNotFoundError(f"neither results.json nor results.jsonl in {run_dir}")
     reports = write_reports(run, run_dir)
-    return ValidateOutcome(run, run_dir, reports, int(exit_code_for(run.verdict)))
+    return ValidateOutcome(run, run_dir, reports, int(exit_code_for(run.outcome)))

@@ -222,7 +222,7 @@ def _by_check(findings: tuple[Finding, ...]) -> dict[str, tuple[Verdict, str]]:
     out = {}
     for check, group in grouped.items():
         worst = Verdict.worst(f.verdict for f in group)
-        out[check] = (worst, next(f.summary for f in group if f.verdict is worst))
+        out[check] = (worst, next(f.display_summary for f in group if f.verdict is worst))
     return out
 
 

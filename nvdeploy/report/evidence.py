@@ -38,6 +38,23 @@ CHECK_HINTS: dict[str, tuple[str, ...]] = {
     "driver.version": ("driver_version", "driver version"),
     "driver.loaded": ("driver_version", "nvidia-smi has failed", "driver version"),
     "driver.consistency": ("driver_version", "driver version"),
+    "nvlink.fabric": ("fabric_state", "<state>"),
+}
+# Words of a summary that name the value at fault, and where that value is (the probe's JSON key, nvidia-smi's XML
+# tag): tried before the check's own hints, in the order the summary names them, so a GPU's clusterUuid finding
+# marks its clusterUuid line, not the first line of its block (its PCI bus id, which anchors the GPU).
+PROBLEM_HINTS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    "nvlink.fabric": (
+        ("clusteruuid", ("fabric_cluster_uuid", "<clusteruuid>")),
+        ("cliqueid", ("fabric_clique_id", "<cliqueid>")),
+        ("status ", ("fabric_status", "<status>")),
+        ("health ", ("fabric_health_summary", "<summary>")),
+        ("bandwidth ", ("fabric_bandwidth", "<bandwidth>")),
+        ("route recovery", ("fabric_route_recovery_in_progress", "<route_recovery_in_progress>")),
+        ("route unhealthy", ("fabric_route_unhealthy", "<route_unhealthy>")),
+        ("access timeout", ("fabric_access_timeout_recovery", "<access_timeout_recovery>")),
+        ("incorrect configuration", ("fabric_incorrect_configuration", "<incorrect_configuration>")),
+    ),
 }
 EXPAND_JSON_OVER = 400  # a JSON line longer than this is pretty-printed so the excerpt can show the right part
 
@@ -54,15 +71,33 @@ class Excerpt:
     more_before: bool
     more_after: bool
     hit: int = -1  # index in ``lines`` of the line the problem is on; -1 when none was found
-    reformatted: bool = False  # a one-line JSON document was pretty-printed: line numbers are of that form
+    reformatted: bool = False  # a one-line JSON document was pretty-printed to show the part that matters
+    # The file's line each of ``lines`` is, or is part of (a pretty-printed document's lines all are its one line);
+    # empty: ``first_line`` onwards, one each.
+    sources: tuple[int, ...] = ()
 
     @property
     def text(self) -> str:
         return "\n".join(self.lines)
 
+    def _sources(self) -> tuple[int, ...]:
+        return self.sources or tuple(range(self.first_line, self.first_line + len(self.lines)))
+
     @property
-    def numbered(self) -> list[tuple[int, str, bool]]:
-        return [(self.first_line + i, line, i == self.hit) for i, line in enumerate(self.lines)]
+    def where(self) -> str:
+        """``lines 20–29`` of the file, or ``line 1 (one line of JSON, pretty-printed)``: the file's own line
+        numbers, never those of the pretty-printed form (a one-line file has no line 8)."""
+        sources = self._sources()
+        low, high = min(sources), max(sources)
+        span = f"line {low}" if low == high else f"lines {low}\u2013{high}"
+        return span + (" (one line of JSON, pretty-printed)" if self.reformatted else "")
+
+    @property
+    def numbered(self) -> list[tuple[str, str, bool]]:
+        """(the file's line number, shown once per file line, line, the problem's line)."""
+        sources = self._sources()
+        return [(str(number) if i == 0 or number != sources[i - 1] else "", line, i == self.hit)
+                for i, (number, line) in enumerate(zip(sources, self.lines))]
 
 
 def safe_href(path: Optional[str]) -> Optional[str]:
@@ -91,7 +126,10 @@ def _needles(finding: Finding) -> tuple[list[str], list[str]]:
         anchors.append(f"sxid {match.group(1)}")
     for match in _BUS_ID.finditer(text):
         anchors.append(f"{match.group(1)}:{match.group(2)}".lower())
-    hints = list(CHECK_HINTS.get(finding.check, ()))
+    lowered = text.lower()
+    named = sorted((lowered.find(word), values) for word, values in PROBLEM_HINTS.get(finding.check, ())
+                   if word in lowered)
+    hints = [hint for _at, values in named for hint in values] + list(CHECK_HINTS.get(finding.check, ()))
     return anchors, hints
 
 
@@ -135,17 +173,20 @@ def excerpt(run_dir: Optional[Path], path: Optional[str], finding: Finding, max_
     lines = raw.decode("utf-8", errors="replace").splitlines()
     if not lines:
         return Excerpt(path, href, 1, ("(empty output)",), False, False, False)
-    lines, reformatted = _expand_json(lines)
+    lines, sources = _expand_json(lines)
+    reformatted = sources != list(range(1, len(lines) + 1))
     hit = find_line(lines, finding)
     first = max(0, hit - before) if hit is not None else 0
     last = min(len(lines), first + max_lines)
-    return Excerpt(path, href, first + 1, tuple(_clean(line) for line in lines[first:last]), hit is not None,
+    return Excerpt(path, href, sources[first], tuple(_clean(line) for line in lines[first:last]), hit is not None,
                    first > 0, last < len(lines) or len(raw) >= READ_LIMIT,
-                   hit - first if hit is not None else -1, reformatted)
+                   hit - first if hit is not None else -1, reformatted,
+                   tuple(sources[first:last]) if reformatted else ())
 
 
-def _expand_json(lines: list[str]) -> tuple[list[str], bool]:
-    """Pretty-print the first long line that is a JSON document (a probe's one-line output)."""
+def _expand_json(lines: list[str]) -> tuple[list[str], list[int]]:
+    """(lines, the file's line each one is): the first long line that is a JSON document (a probe's one-line
+    output) pretty-printed, its lines all the document's own line."""
     for index, line in enumerate(lines[:5]):
         stripped = line.strip()
         if len(stripped) < EXPAND_JSON_OVER or stripped[0] not in "{[":
@@ -155,5 +196,7 @@ def _expand_json(lines: list[str]) -> tuple[list[str], bool]:
         except ValueError:
             continue
         pretty = json.dumps(document, indent=1, ensure_ascii=False).splitlines()
-        return lines[:index] + pretty + lines[index + 1:], True
-    return lines, False
+        sources = list(range(1, index + 1)) + [index + 1] * len(pretty)
+        sources += list(range(index + 2, len(lines) + 1))
+        return lines[:index] + pretty + lines[index + 1:], sources
+    return lines, list(range(1, len(lines) + 1))

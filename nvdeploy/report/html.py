@@ -31,10 +31,12 @@ from nvdeploy.report.view import (
     action_list,
     action_text,
     attention,
+    fold_phase_nodes,
     matrix,
     not_run,
     not_run_text,
     resume_command,
+    waived_findings,
     why,
 )
 from nvdeploy.results import NodeBrief, NodeResult, RunResult, node_briefs
@@ -47,6 +49,7 @@ _ENV = jinja2.Environment(
     lstrip_blocks=True,
 )
 _ENV.globals["fold"] = fold
+_ENV.globals["fold_phase_nodes"] = fold_phase_nodes
 
 # Beyond this many characters of evidence excerpts, further findings only link to their file (2,000 failing
 # nodes must not make a 100 MB page).
@@ -264,6 +267,9 @@ def write_html(run: RunResult, out: IO[bytes], diff: Optional[RunDiff] = None, r
                        "fixed_checks": group_changes(diff.fixed_checks), "drift": group_drift(diff.drift),
                        "not_rechecked": group_changes(diff.not_rechecked)}
     all_nodes, groups = _all_nodes(briefs)
+    # Who accepted what until when, node findings and cluster findings: the matrix's WAIVED cells link here.
+    waived = [{"node": briefs[i].name if i >= 0 else "(cluster)", "finding": f}
+              for i, f in waived_findings(run, briefs)]
     burned, burnin_left_out = burnin_charts(run)
     data = {"nodes": [b.name for b in briefs], "rows": [r["indexes"] for r in rows], "groups": groups,
             "not_run": unrun}
@@ -276,7 +282,7 @@ def write_html(run: RunResult, out: IO[bytes], diff: Optional[RunDiff] = None, r
         cell_text=CELL_TEXT, cluster_findings=list(run.cluster_findings), sizing_rows=_sizing_rows(run, briefs),
         diff=diff, diff_groups=diff_groups, charts=bandwidth_charts(run), low_pct=LOW_PCT, sections=sections,
         burnin_charts=burned, burnin_left_out=burnin_left_out,
-        excerpts_dropped=dropped, all_nodes=all_nodes, data=data, script=Markup(script),  # noqa: S704
+        excerpts_dropped=dropped, all_nodes=all_nodes, waived=waived, data=data, script=Markup(script),  # noqa: S704
         csp=Markup(content_security_policy(script)),  # noqa: S704 - our constant: quotes must stay quotes
         rendered_at=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
     pending: list[str] = []

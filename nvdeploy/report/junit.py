@@ -1,7 +1,9 @@
 """JUnit XML for Jenkins and GitLab: one test case per node x check.
 
 FAIL is ``<failure>`` (message: the summary, type: the remediation action), ERROR is ``<error>`` (type: the
-reason, e.g. ``unreachable``), SKIP is ``<skipped>``, PASS and WARN pass (a WARN's text goes to ``system-out``).
+reason, e.g. ``unreachable``), SKIP is ``<skipped>``, PASS and WARN pass (a WARN's text goes to ``system-out``). A
+finding a waiver accepted is SKIP: its message starts with the waiver's note (``WAIVED FAIL until 2027-01-15 (owner
+...: reason; file:line)``), and its text says what it was, who accepted it, why and until when.
 The shape follows the schema Jenkins' JUnit plugin accepts (junit-10.xsd): element order skipped, error,
 failure, system-out inside a test case; ``tests/failures/errors/skipped/time/timestamp/hostname`` on each
 suite. GitLab shows ``classname`` as the suite and ``name`` as the test: ``<cluster>.<node>`` and the check id.
@@ -48,7 +50,7 @@ def _timestamp(value: str) -> Optional[str]:
 
 
 def _describe(finding: Finding) -> str:
-    line = f"[{finding.verdict.value}] {finding.summary}"
+    line = f"[{finding.verdict.value}] {finding.display_summary}"
     if finding.gpu is not None:
         line += f" (GPU {finding.gpu})"
     if finding.observed is not None or finding.expected is not None:
@@ -63,6 +65,10 @@ def _describe(finding: Finding) -> str:
         line += f"\n  profile: {finding.profile}"
     if finding.evidence:
         line += f"\n  evidence: {finding.evidence}"
+    if finding.waiver is not None:
+        waiver = finding.waiver
+        line += (f"\n  waived: {waiver.verdict.value} accepted by {waiver.owner} until {waiver.until}: {waiver.reason}"
+                 + (f" ({waiver.where})" if waiver.where else ""))
     return line
 
 
@@ -82,10 +88,11 @@ def _case(parts: list[str], classname: str, name: str, findings: list[Finding]) 
     Written as text, not built as elements and serialised: at fleet scale ElementTree's tree and writer were half
     the time of every report together (80 MB of JUnit for 10,000 nodes)."""
     worst = Verdict.worst(f.verdict for f in findings)
-    ordered = sorted(findings, key=lambda f: -f.verdict.severity)
+    # Most severe first; among SKIPs a waived one first, so a waived check's message says it was waived.
+    ordered = sorted(findings, key=lambda f: (-f.verdict.severity, f.waiver is None))
     text = _text(_clean("\n".join(_describe(f) for f in ordered)))
     first = ordered[0]
-    message = _attr(_clean(first.summary)[:MESSAGE_LIMIT])
+    message = _attr(_clean(first.display_summary)[:MESSAGE_LIMIT])
     counts = {"failures": 0, "errors": 0, "skipped": 0}
     if worst is Verdict.FAIL:
         tag, attrs = "failure", f' message="{message}" type="{_attr(first.remediation.value)}"'
@@ -94,7 +101,8 @@ def _case(parts: list[str], classname: str, name: str, findings: list[Finding]) 
         tag, attrs = "error", f' message="{message}" type="{_attr(first.reason.value if first.reason else "error")}"'
         counts["errors"] = 1
     elif worst is Verdict.SKIP:
-        tag, attrs, text = "skipped", f' message="{message}"', ""
+        # A waived finding keeps its text: who accepted what until when is the point of the case.
+        tag, attrs, text = "skipped", f' message="{message}"', text if first.waiver is not None else ""
         counts["skipped"] = 1
     else:
         tag, attrs = "system-out", ""

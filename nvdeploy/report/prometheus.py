@@ -19,6 +19,9 @@ Metrics (all gauges):
   and ``nvdeploy_bandwidth_floor_bytes_per_second{cluster,metric,profile}`` the floor it is judged against, once
   per profile. Prometheus names carry base units: bytes per second, never GB/s or "gbps" (which reads as gigabits)
 - ``nvdeploy_node_xid_events{cluster,node,xid}`` Xid events seen in the kernel log (from the ``xid_counts`` fact)
+- ``nvdeploy_waived_until_seconds{cluster,node,check,gpu,verdict,owner}`` for each finding a waiver accepted
+  (``node`` empty for a cluster finding, ``verdict`` the one it had): the Unix time its waiver lapses (the end of
+  its last day, UTC), so ``nvdeploy_waived_until_seconds - time() < 7 * 86400`` names the waivers about to lapse
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Iterable, Mapping, Union
 
 from nvdeploy.files import atomic_file
 from nvdeploy.report.metrics import node_metrics
-from nvdeploy.results import ClusterVerdict, RunResult, Verdict
+from nvdeploy.results import ClusterVerdict, Finding, RunResult, Verdict
 
 # Bytes per second in one unit of each bandwidth unit a metric may carry (GB/s as nccl-tests means it: 1e9).
 _BYTES_PER_SECOND = {"GB/s": 1e9, "GiB/s": 2.0 ** 30, "MB/s": 1e6, "MiB/s": 2.0 ** 20, "Gb/s": 1.25e8,
@@ -83,6 +86,25 @@ def _stamp(profile: str, stamps: Mapping[str, str]) -> str:
     return stamps.get(profile, profile)
 
 
+def _waived(family: _Family, base: Mapping[str, object], findings: Iterable[Finding]) -> None:
+    """One series per waived finding's labels; two Xids of one GPU waived alike are one series (the first to lapse):
+    a textfile with a series twice is rejected whole by node_exporter."""
+    lapses: dict[tuple[str, str, str, str], float] = {}
+    for finding in findings:
+        waiver = finding.waiver
+        if waiver is None:
+            continue
+        try:
+            last_day = dt.datetime.fromisoformat(waiver.until).replace(tzinfo=dt.timezone.utc)
+        except ValueError:
+            continue
+        key = (finding.check, "" if finding.gpu is None else str(finding.gpu), waiver.verdict.value, waiver.owner)
+        end = (last_day + dt.timedelta(days=1)).timestamp()
+        lapses[key] = min(end, lapses.get(key, end))
+    for (check, gpu, verdict, owner), end in lapses.items():
+        family.add({**base, "check": check, "gpu": gpu, "verdict": verdict, "owner": owner}, end)
+
+
 def render_prometheus(run: RunResult) -> str:
     """The run in the Prometheus text exposition format (version 0.0.4)."""
     cluster = run.cluster
@@ -99,6 +121,8 @@ def render_prometheus(run: RunResult) -> str:
         ("node_bandwidth_bytes_per_second", "Bandwidth measured on the node, in bytes per second."),
         ("bandwidth_floor_bytes_per_second", "The profile floor a bandwidth is judged against, in bytes per second."),
         ("node_xid_events", "Xid events in the node's kernel log at the time of the run, by Xid code."),
+        ("waived_until_seconds", "A finding a waiver accepted (its own verdict, the waiver's owner): when the waiver "
+                                 "lapses, Unix time."),
     ]}
     fam["run_info"].add({"cluster": cluster, "run_id": run.run_id, "phase": run.phase, "level": run.level,
                          "nvdeploy_version": run.nvdeploy_version,
@@ -108,6 +132,8 @@ def render_prometheus(run: RunResult) -> str:
         fam["run_timestamp_seconds"].add({"cluster": cluster}, finished)
     fam["run_duration_seconds"].add({"cluster": cluster}, round(run.duration_s, 3))
     for verdict in ClusterVerdict:
+        if verdict is ClusterVerdict.PLAN and not run.plan:
+            continue  # a validation's file keeps its three series; only a dry-run's says PLAN
         fam["cluster_verdict"].add({"cluster": cluster, "verdict": verdict.value}, int(run.verdict is verdict))
     for verdict, count in run.counts().items():
         fam["cluster_nodes"].add({"cluster": cluster, "verdict": verdict}, count)
@@ -124,6 +150,7 @@ def render_prometheus(run: RunResult) -> str:
         for check, verdict in worst.items():
             if verdict in (Verdict.WARN, Verdict.ERROR, Verdict.FAIL):
                 fam["check_severity"].add({**base, "check": check, "verdict": verdict.value}, verdict.severity)
+        _waived(fam["waived_until_seconds"], base, node.findings)
         profile = _stamp(node.profile, run.profiles)
         fam["node_info"].add({**base, "profile": profile,
                               "driver_version": node.facts.get("driver_version") or "",
@@ -140,6 +167,7 @@ def render_prometheus(run: RunResult) -> str:
             for xid, count in sorted(xids.items(), key=lambda item: str(item[0])):
                 if isinstance(count, (int, float)) and not isinstance(count, bool):
                     fam["node_xid_events"].add({**base, "xid": xid}, count)
+    _waived(fam["waived_until_seconds"], {"cluster": cluster, "node": ""}, run.cluster_findings)
     for (key, profile), floor in sorted(floors.items()):
         fam["bandwidth_floor_bytes_per_second"].add({"cluster": cluster, "metric": key, "profile": profile}, floor)
     lines = [line for family in fam.values() for line in family.lines()]

@@ -2,17 +2,20 @@
 
 ``FAIL  gpu003  gpu.count, gpu.pci_visible: 7 of 8 expected GPUs visible to the driver``, then, for the same nodes,
 ``      ERROR dcgm.diag: dcgmi diag timed out after 600 s``: each verdict of a group on a line of its own, most severe
-first, its checks in the order the node ran them and the first one's reason in words. A long list of checks is
-shortened (``+22 more``) so the reason is never what gets cut. Nodes an interrupt cut off are one line
-(``ERROR gpu[195-500]  not run: the run was interrupted; resume with `nvdeploy validate --resume DIR```); the
-cluster-level findings that did not pass follow, one line each.
+first, its checks in the order the node ran them and the first one's reason in words, then the findings a waiver
+accepted (``      SKIP memory.remapped_rows: WAIVED FAIL until 2027-01-15 (owner ...: reason; file:line): ...``).
+Nodes are grouped only when those findings are the same on each (check, verdict, GPU, Xid, action, summary and
+waiver): two trays with different faults of one check are two lines, never one line quoting the first. A long
+list of checks is shortened (``+22 more``) so the reason is never what gets cut. Nodes an interrupt cut off are
+one line (``ERROR gpu[195-500]  not run: the run was interrupted; resume with `nvdeploy validate --resume
+DIR```); the cluster-level findings that did not pass or were waived follow, one line each.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping, Optional, TextIO, Union
+from typing import Any, Iterable, Iterator, Mapping, Optional, TextIO, Union
 
 from nvdeploy.config.hostrange import fold
 from nvdeploy.report.view import NEEDS_ACTION, not_run, not_run_text
@@ -63,25 +66,39 @@ def folded_brief(names: list[str], limit: int = HOSTS_LIMIT) -> str:
     return f"{shown},...{close} ({len(names):,} nodes)"
 
 
-class _Group:
-    """Nodes of one summary entry: their names, and per verdict shown the first node's checks (in its order) and
-    first finding; ``same`` says whether every later node has that finding too (then the line quotes it plainly)."""
+def _parts(node: NodeResult) -> list[tuple[Verdict, list[Finding]]]:
+    """What a node's entry shows: its findings of each verdict that needs action, most severe first, then those a
+    waiver accepted (SKIP, their own verdict in the waiver)."""
+    parts = [(verdict, [f for f in node.findings if f.verdict is verdict]) for verdict in _SHOWN]
+    parts.append((Verdict.SKIP, [f for f in node.findings if f.waiver is not None]))
+    return [(verdict, findings) for verdict, findings in parts if findings]
 
-    def __init__(self, first: NodeResult) -> None:
+
+def _same(finding: Finding) -> tuple[Any, ...]:
+    """What two nodes' findings must share for the nodes to be one entry: the fault, not only the check."""
+    return (finding.check, finding.verdict.value, finding.gpu, finding.code, finding.reason, finding.remediation.value,
+            finding.summary, finding.waiver)
+
+
+_Key = tuple[str, tuple[tuple[str, tuple[tuple[Any, ...], ...]], ...]]
+
+
+def _key(node: NodeResult, parts: list[tuple[Verdict, list[Finding]]]) -> _Key:
+    return node.verdict.value, tuple((verdict.value, tuple(sorted((_same(f) for f in findings), key=repr)))
+                                     for verdict, findings in parts)
+
+
+class _Group:
+    """Nodes of one summary entry (the same shown findings on each): their names, and per part shown the first
+    node's checks (in its order) and first finding."""
+
+    def __init__(self, first: NodeResult, parts: list[tuple[Verdict, list[Finding]]]) -> None:
         self.names = [first.name]
-        self.parts: list[tuple[Verdict, list[str], Finding]] = []
-        for verdict in _SHOWN:
-            findings = [f for f in first.findings if f.verdict is verdict]
-            if findings:
-                checks = list(dict.fromkeys(f.check for f in findings))
-                self.parts.append((verdict, checks, findings[0]))
-        self.same = True
+        self.parts = [(verdict, list(dict.fromkeys(f.check for f in findings)), findings[0])
+                      for verdict, findings in parts]
 
     def add(self, node: NodeResult) -> None:
         self.names.append(node.name)
-        if self.same:
-            self.same = all(any(f.check == first.check and f.summary == first.summary for f in node.findings)
-                            for _verdict, _checks, first in self.parts)
 
     def lines(self, verdict: str, width: int) -> list[str]:
         head = f"{verdict:5} {folded_brief(self.names)}"
@@ -89,22 +106,11 @@ class _Group:
             return [head]
         out = []
         for number, (shown, checks, first) in enumerate(self.parts):
-            reason = _shorten(_one_line(first.summary), REASON_LIMIT)
-            if not self.same:
-                reason = f"e.g. {self.names[0]}: {reason}"
+            reason = _shorten(_one_line(first.display_summary), REASON_LIMIT)
             prefix = f"{head}  " if number == 0 else f"{_INDENT}{shown.value} "
             room = width - len(prefix) - len(reason) - 2
             out.append(f"{prefix}{_checks_text(checks, room)}: {reason}")
         return out
-
-
-def _key(node: NodeResult) -> tuple[str, tuple[tuple[str, tuple[str, ...]], ...]]:
-    parts = []
-    for verdict in _SHOWN:
-        checks = tuple(sorted({f.check for f in node.findings if f.verdict is verdict}))
-        if checks:
-            parts.append((verdict.value, checks))
-    return node.verdict.value, tuple(parts)
 
 
 def node_summary_lines(nodes: Iterable[NodeResult], width: int = SUMMARY_WIDTH, resume: str = "") -> list[str]:
@@ -112,16 +118,17 @@ def node_summary_lines(nodes: Iterable[NodeResult], width: int = SUMMARY_WIDTH, 
     an interrupt cut off are one line saying so (``resume``: its text, from :func:`not_run_text`).
 
     One pass; a group keeps its members' names and its first node's findings that are shown, not the nodes."""
-    groups: dict[tuple[str, tuple[tuple[str, tuple[str, ...]], ...]], _Group] = {}
+    groups: dict[_Key, _Group] = {}
     unrun: list[str] = []
     for node in nodes:
         if not_run(node):
             unrun.append(node.name)
             continue
-        key = _key(node)
+        parts = _parts(node)
+        key = _key(node, parts)
         group = groups.get(key)
         if group is None:
-            groups[key] = _Group(node)
+            groups[key] = _Group(node, parts)
         else:
             group.add(node)
     entries: list[tuple[int, int, list[str]]] = [
@@ -135,10 +142,10 @@ def node_summary_lines(nodes: Iterable[NodeResult], width: int = SUMMARY_WIDTH, 
 
 
 def _passing(run: RunResult) -> Iterator[NodeResult]:
-    """The run's nodes for the summary: those that need action read back in full, the others as a stand-in of
-    their brief (name and verdict are all their line needs: they have no finding that needs action)."""
+    """The run's nodes for the summary: those that need action or have a waived finding read back in full, the
+    others as a stand-in of their brief (name and verdict are all their line needs: they have nothing to show)."""
     for index, brief in enumerate(node_briefs(run.nodes)):
-        if brief.verdict in NEEDS_ACTION:
+        if brief.verdict in NEEDS_ACTION or brief.waived:
             yield run.nodes[index]
         else:
             yield NodeResult(brief.name, (Finding("", brief.verdict, ""),))
@@ -146,13 +153,13 @@ def _passing(run: RunResult) -> Iterator[NodeResult]:
 
 def summary_lines(run: RunResult, width: int = SUMMARY_WIDTH,
                   run_dir: Optional[Union[str, Path]] = None) -> list[str]:
-    """The end-of-run terminal summary: node groups, then the cluster findings that did not pass."""
+    """The end-of-run terminal summary: node groups, then the cluster findings that did not pass or were waived."""
     nodes: Iterable[NodeResult] = run.nodes if isinstance(run.nodes, (tuple, list)) else _passing(run)
     lines = node_summary_lines(nodes, width, not_run_text(run, run_dir))
     for finding in run.cluster_findings:
-        if finding.verdict is not Verdict.PASS and finding.verdict is not Verdict.SKIP:
-            lines.append(_shorten(f"{finding.verdict.value:5} cluster  {finding.check}: {_one_line(finding.summary)}",
-                                  width))
+        if finding.verdict in NEEDS_ACTION or finding.waiver is not None:
+            lines.append(_shorten(f"{finding.verdict.value:5} cluster  {finding.check}: "
+                                  f"{_one_line(finding.display_summary)}", width))
     return lines
 
 

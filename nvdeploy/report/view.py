@@ -5,14 +5,16 @@ Pure functions shared by the HTML report and the terminal text (:mod:`nvdeploy.r
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections import Counter, OrderedDict
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 from nvdeploy.config.hostrange import fold
 from nvdeploy.report.compare import RunDiff
 from nvdeploy.results import (
+    WAIVED,
     ClusterVerdict,
     ErrorReason,
     Finding,
@@ -37,7 +39,8 @@ ACTION_TEXT = {
     "INVESTIGATE": "investigate: the check could not decide",
     "MONITOR": "keep in service and watch for repeats",
 }
-CELL_TEXT = {"PASS": "PASS", "FAIL": "FAIL", "ERROR": "ERROR", "WARN": "WARN", "SKIP": "SKIP", "": "\u2013"}
+CELL_TEXT = {"PASS": "PASS", "FAIL": "FAIL", "ERROR": "ERROR", "WARN": "WARN", "SKIP": "SKIP", "": "\u2013",
+             WAIVED: WAIVED}
 
 
 def not_run(node: Union[NodeResult, NodeBrief]) -> bool:
@@ -87,6 +90,29 @@ def needy(run: RunResult, briefs: Optional[Sequence[NodeBrief]] = None) -> Itera
             yield index, run.nodes[index]
 
 
+def noted(run: RunResult, briefs: Optional[Sequence[NodeBrief]] = None) -> Iterator[tuple[int, NodeResult]]:
+    """(index in run.nodes, node) of every node that needs action or has a finding a waiver accepted, in order:
+    what the terminal's ``-v`` and the report's waived findings read back, and nothing else."""
+    if briefs is None and isinstance(run.nodes, (tuple, list)):
+        for index, node in enumerate(run.nodes):
+            if node.verdict in NEEDS_ACTION or any(f.waiver is not None for f in node.findings):
+                yield index, node
+        return
+    for index, brief in enumerate(node_briefs(run.nodes) if briefs is None else briefs):
+        if brief.verdict in NEEDS_ACTION or brief.waived:
+            yield index, run.nodes[index]
+
+
+def waived_findings(run: RunResult, briefs: Optional[Sequence[NodeBrief]] = None) -> list[tuple[int, Finding]]:
+    """(index in run.nodes, finding) of every finding a waiver accepted, node by node, then the cluster's (index
+    -1): who accepted what, why and until when, for the reports."""
+    out = []
+    for index, brief in enumerate(node_briefs(run.nodes) if briefs is None else briefs):
+        if brief.waived:
+            out += [(index, f) for f in run.nodes[index].findings if f.waiver is not None]
+    return out + [(-1, f) for f in run.cluster_findings if f.waiver is not None]
+
+
 def worst_by_check(findings: tuple[Finding, ...]) -> dict[str, Verdict]:
     worst: dict[str, Verdict] = {}
     for finding in findings:
@@ -99,6 +125,14 @@ def _new_cells(diff: Optional[RunDiff]) -> set[tuple[str, str]]:
     if diff is None:
         return set()
     return {(c.node, c.check) for c in diff.new_failures + diff.new_warnings}
+
+
+def _cell(worst: Optional[Verdict], waived: bool) -> str:
+    """A matrix cell: the check's worst verdict on the node, WAIVED where a waiver accepted what would have been its
+    worst (a waived FAIL beside passing GPUs is WAIVED, not PASS; beside a FAIL that counts it is FAIL)."""
+    if worst is None:
+        return ""
+    return WAIVED if waived and worst.severity <= Verdict.PASS.severity else worst.value
 
 
 def matrix(run: RunResult, diff: Optional[RunDiff] = None,
@@ -116,7 +150,7 @@ def matrix(run: RunResult, diff: Optional[RunDiff] = None,
             groups.setdefault((brief.verdict.value, None), []).append(index)
             continue
         worst = dict(brief.checks)
-        cells = tuple((worst[c].value if c in worst else "", (brief.name, c) in new) for c in checks)
+        cells = tuple((_cell(worst.get(c), c in brief.waived), (brief.name, c) in new) for c in checks)
         groups.setdefault((brief.verdict.value, cells), []).append(index)
     rows = []
     for (verdict, cells), indexes in groups.items():
@@ -240,7 +274,7 @@ def why(run: RunResult, needing: Optional[Sequence[tuple[int, NodeResult]]] = No
     """The verdict's reason in one sentence, naming the checks that decided it."""
     base = run.summary().rstrip(".")
     verdict = run.verdict
-    if verdict is ClusterVerdict.READY:
+    if verdict in (ClusterVerdict.READY, ClusterVerdict.PLAN):
         return base + "."
     wanted = (Verdict.FAIL,) if verdict is ClusterVerdict.NOT_READY else (Verdict.ERROR,)
     if run.fail_on_warn and verdict is ClusterVerdict.NOT_READY:
@@ -272,3 +306,28 @@ def why(run: RunResult, needing: Optional[Sequence[tuple[int, NodeResult]]] = No
     if unrun:
         detail += f"; {unrun} node{'' if unrun == 1 else 's'} not run (interrupted)"
     return base + detail + "."
+
+
+_QUIET_STEPS = ("ok", "skipped")
+
+
+def fold_phase_nodes(nodes: Sequence[Mapping[str, Any]], limit: int = 200) -> list[dict[str, Any]]:
+    """A phase's nodes (results.json ``phases[].nodes``) folded as the terminal folds them: one row group per
+    identical set of notable steps (every step that is not ok or skipped, with its status, message, changes and
+    commands), in the order the first of each appears. ``limit``: groups shown at most."""
+    groups: dict[str, dict[str, Any]] = {}
+    for node in nodes:
+        steps = node.get("steps") or []
+        notable = [s for s in steps if s.get("status") not in _QUIET_STEPS]
+        key = json.dumps([[s.get("step"), s.get("status"), s.get("reason"), s.get("message"), s.get("changes"),
+                           [c.get("command") for c in s.get("commands") or ()], s.get("output")] for s in notable],
+                         sort_keys=True, default=str) + f"|{len(steps)}"
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = {"names": [], "steps": notable, "total": len(steps)}
+        group["names"].append(str(node.get("name", "?")))
+    out = []
+    for group in list(groups.values())[:limit]:
+        names = group.pop("names")
+        out.append({**group, "hosts": fold(names), "count": len(names)})
+    return out

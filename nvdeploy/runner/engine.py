@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import datetime as dt
 import gc
 import queue
 import signal
@@ -15,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from nvdeploy.checks import CHECKS
 from nvdeploy.checks.heavy_gate import (
@@ -31,6 +32,8 @@ from nvdeploy.collect.burnin_commands import COLLECTOR_NAMES as BURNIN_COLLECTOR
 from nvdeploy.collect.burnin_commands import burnin_batches, burnin_specs, format_duration
 from nvdeploy.collect.catalog import COLLECTORS, light_specs, specs_for
 from nvdeploy.collect.datacenter import DCGM_IGNORE_VAR
+from nvdeploy.collect.storage_commands import COLLECTOR as STORAGE_COLLECTOR
+from nvdeploy.collect.storage_commands import shared_concurrency, shared_paths
 from nvdeploy.config import waivers as waiver_rules
 from nvdeploy.config.inventory import Host
 from nvdeploy.config.profiles import ProfileCatalog
@@ -58,6 +61,8 @@ class EngineOptions:
     accept_new_host_keys: bool = False
     sudo_password: Optional[str] = None
     checks: tuple[str, ...] = QUICK_CHECKS
+    # validate --check: ``checks`` were chosen one by one, not by a level (the cluster stage runs only those).
+    only_checks: bool = False
     multinode_pattern: str = "bisect"
     # Run heavy collectors on nodes where GPU compute processes run (the busy guard, checks/heavy_gate.py).
     allow_busy: bool = False
@@ -71,6 +76,8 @@ class EngineOptions:
     progress: Optional[RunProgress] = field(default=None, compare=False)
     # Accepted findings (config/waivers.py Waiver), from validate --waivers FILE: applied when the run finishes.
     waivers: tuple[Any, ...] = field(default=(), compare=False)
+    # The day the waivers are judged on: the run's first day (a resumed run's too; config/waivers.py run_date).
+    waiver_date: Optional[dt.date] = field(default=None, compare=False)
     # The accepted run (validate --baseline RUN_DIR): fleet.performance's peers where this run has too few nodes.
     fleet_baseline: Optional[str] = None
     # validate --burn-in DURATION (collect/burnin_commands.py): the heavy tests repeated for that many seconds with the
@@ -164,6 +171,33 @@ class NodeRunner:
         self.node_checks = tuple(c for c in options.checks if c in CHECKS)
         self._active: dict[str, Transport] = {}
         self._lock = threading.Lock()
+        # One slot pool per shared storage path (storage_paths {PATH: {shared: true}}): a few nodes measure it at a
+        # time, so that each figure is the node's own and not its share of what every node pulls at once.
+        self._shared: dict[str, threading.BoundedSemaphore] = {}
+
+    @contextlib.contextmanager
+    def _storage_turn(self, host_vars: Mapping[str, Any]) -> Iterator[None]:
+        """Wait for a turn on every shared path of the host (in path order: no two nodes wait on each other)."""
+        paths = shared_paths(host_vars)
+        with self._lock:
+            pools = [self._shared.setdefault(p, threading.BoundedSemaphore(shared_concurrency(host_vars)))
+                     for p in paths]
+        taken: list[threading.BoundedSemaphore] = []
+        try:
+            for pool in pools:
+                while not pool.acquire(timeout=0.5):
+                    left = self._remaining()
+                    if left is not None and left <= 1.0:
+                        raise TransportError(ErrorReason.TIMEOUT, "the global --deadline passed while waiting for a "
+                                             "turn on a shared storage path")
+                    if self.stopping.is_set():
+                        raise TransportError(ErrorReason.INTERRUPTED, "run interrupted while waiting for a turn "
+                                             "on a shared storage path")
+                taken.append(pool)
+            yield
+        finally:
+            for pool in taken:
+                pool.release()
 
     def abort_all(self) -> None:
         with self._lock:  # with _run's registration: every transport is either closed here or never used
@@ -199,8 +233,8 @@ class NodeRunner:
         return None if self.deadline_at is None else self.deadline_at - time.monotonic()
 
     def _run_heavy(self, transport: Transport, heavy: Sequence[CommandSpec], results: list[CommandResult],
-                   node: str = "", burn_in: Sequence[CommandSpec] = ()) -> tuple[list[CommandResult],
-                                                                              dict[str, HeavySkip]]:
+                   node: str = "", burn_in: Sequence[CommandSpec] = (), after: Sequence[CommandSpec] = (),
+                   host_vars: Mapping[str, Any] = {}) -> tuple[list[CommandResult], dict[str, HeavySkip]]:
         """Run the heavy collectors one by one after the light batch, unless the light batch says the node cannot
         take them (checks/heavy_gate.py) or the deadline passed; then the burn-in's collectors together in one
         batch (the sampler must run beside the load); returns the results and what was skipped, why."""
@@ -212,7 +246,7 @@ class NodeRunner:
         gate = heavy_skip(light, facts, self.options.allow_busy)
         # A collector that loads no GPU (storage) runs beside GPU compute processes: the busy guard is about GPUs.
         gate_no_gpu = heavy_skip(light, facts, self.options.allow_busy, loads_gpu=False)
-        batches = [[spec] for spec in heavy] + burnin_batches(burn_in)
+        batches = [[spec] for spec in heavy] + burnin_batches(burn_in) + [[spec] for spec in after]
         interrupted_skip = INTERRUPTED_SKIP
         for batch in batches:
             spec = batch[0]
@@ -231,7 +265,12 @@ class NodeRunner:
             self._doing(node, "burn-in" if burning else spec.name)
             began = time.monotonic()
             try:
-                ran = transport.run_batch(_capped(batch, remaining), remaining)
+                if spec.name == STORAGE_COLLECTOR and shared_paths(host_vars):
+                    with self._storage_turn(host_vars):
+                        remaining = self._remaining()
+                        ran = transport.run_batch(_capped(batch, remaining), remaining)
+                else:
+                    ran = transport.run_batch(_capped(batch, remaining), remaining)
             except TransportError as exc:  # the connection dropped mid-test: that check is ERROR, not the run
                 reason = ErrorReason.INTERRUPTED if self.stopping.is_set() else exc.reason  # closed by the interrupt
                 ran = [CommandResult(s.name, s.display, None, error=reason, error_detail=exc.detail) for s in batch]
@@ -274,25 +313,13 @@ class NodeRunner:
             connected = time.monotonic() - started
             reach = Finding("system.reachable", Verdict.PASS, f"connected over {host.connection} in {connected:.2f} s",
                             node=host.name, observed=round(connected, 3), unit="s")
-            needed = [c for check_id in self.node_checks for c in CHECKS[check_id].collectors]
-            heavy_vars = _heavy_vars(host, profile, self.options.waivers)
-            heavy = [s for s in specs_for(needed, heavy_vars, heavy=True, profile=profile)
-                     if s.name not in BURNIN_COLLECTORS]
-            burn_in: list[CommandSpec] = []
-            no_burn_in: dict[str, HeavySkip] = {}
-            if any(name in BURNIN_COLLECTORS for name in needed):
-                if self.options.burn_in_s is None:
-                    # A burn-in check chosen without --burn-in: nothing says how long; its checks are ERROR not_run.
-                    no_burn_in = {name: NO_BURN_IN_SKIP for name in BURNIN_COLLECTORS}
-                else:
-                    burn_in = burnin_specs(heavy_vars, profile, self.options.burn_in_s,
-                                           self.options.burn_in_interval_s)
-            if heavy or burn_in:
-                needed += [c for c in GUARD_COLLECTORS if c not in needed]
+            planned = node_plan(host, profile, self.node_checks, self.options)
+            heavy, burn_in, no_burn_in = planned.heavy, planned.burn_in, planned.no_burn_in
+            after = planned.after
             remaining = self._remaining()
             self._doing(host.name, "light batch")
             try:
-                results = transport.run_batch(_capped(light_specs(host.vars, needed, profile), remaining), remaining)
+                results = transport.run_batch(_capped(planned.light, remaining), remaining)
             except TransportError as exc:
                 reason = ErrorReason.INTERRUPTED if self.stopping.is_set() else exc.reason
                 # A batch refused by another run's lock on the node is ERROR busy naming the holder.
@@ -307,7 +334,7 @@ class NodeRunner:
                                remediation=Remediation.INVESTIGATE)
                 return NodeResult(host.name, (reach, busy), address=host.address, profile=profile.stamp,
                                   connection=host.connection, duration_s=time.monotonic() - started)
-            results, skipped = self._run_heavy(transport, heavy, results, host.name, burn_in)
+            results, skipped = self._run_heavy(transport, heavy, results, host.name, burn_in, after, host.vars)
             skipped.update(no_burn_in)
         finally:
             transport.close()
@@ -321,13 +348,53 @@ class NodeRunner:
                           evidence=tuple(evidence), facts=outcome.facts)
 
 
-def _heavy_vars(host: Host, profile: Any, waivers: Sequence[Any]) -> Any:
+@dataclass(frozen=True)
+class NodePlan:
+    """What a validation runs on one node: its light batch (one round trip), then its heavy collectors one at a
+    time, then the burn-in's collectors together; burn-in checks chosen without --burn-in are not run."""
+
+    light: tuple[CommandSpec, ...]
+    heavy: tuple[CommandSpec, ...]
+    burn_in: tuple[CommandSpec, ...]
+    no_burn_in: Mapping[str, HeavySkip]
+    # Read after the heavy tests and the burn-in: dcgm.health's watches again, once they have had samples.
+    after: tuple[CommandSpec, ...] = ()
+
+
+HEALTH_CHECK = "dcgm.health"
+HEALTH_AFTER = "dcgm_health_after"
+
+
+def node_plan(host: Host, profile: Any, node_checks: Sequence[str], options: EngineOptions) -> NodePlan:
+    """The commands ``node_checks`` need on ``host``: what the run sends, and what ``validate --dry-run`` shows."""
+    needed = [c for check_id in node_checks for c in CHECKS[check_id].collectors]
+    heavy_vars = _heavy_vars(host, profile, options.waivers, options.waiver_date)
+    heavy = [s for s in specs_for(needed, heavy_vars, heavy=True, profile=profile) if s.name not in BURNIN_COLLECTORS]
+    burn_in: list[CommandSpec] = []
+    no_burn_in: dict[str, HeavySkip] = {}
+    if any(name in BURNIN_COLLECTORS for name in needed):
+        if options.burn_in_s is None:
+            # A burn-in check chosen without --burn-in: nothing says how long; its checks are ERROR not_run.
+            no_burn_in = {name: NO_BURN_IN_SKIP for name in BURNIN_COLLECTORS}
+        else:
+            burn_in = burnin_specs(heavy_vars, profile, options.burn_in_s, options.burn_in_interval_s)
+    after: list[CommandSpec] = []
+    if heavy or burn_in:
+        needed += [c for c in GUARD_COLLECTORS if c not in needed]
+        if HEALTH_CHECK in node_checks:
+            after = specs_for([HEALTH_AFTER], heavy_vars, heavy=True, profile=profile)
+    return NodePlan(tuple(light_specs(host.vars, needed, profile)), tuple(heavy), tuple(burn_in), no_burn_in,
+                    tuple(after))
+
+
+def _heavy_vars(host: Host, profile: Any, waivers: Sequence[Any], on: Optional[dt.date] = None) -> Any:
     """The host vars the heavy collectors are built from: the node's own, plus the ``--ignoreErrorCodes`` value of
-    the active waivers that name DCGM error codes for it (today's date, UTC: a lapsed waiver adds nothing)."""
+    the waivers that name DCGM error codes for it and are active ``on`` that day (the run's; today, UTC, when not
+    given: a lapsed waiver adds nothing)."""
     if not waivers:
         return host.vars
     gpu = getattr(profile, "gpu", None)
-    codes = waiver_rules.dcgm_ignore_error_codes(waivers, host.name, waiver_rules.today_utc(),
+    codes = waiver_rules.dcgm_ignore_error_codes(waivers, host.name, on or waiver_rules.today_utc(),
                                                  getattr(gpu, "count", None))
     return {**host.vars, DCGM_IGNORE_VAR: codes} if codes else host.vars
 

@@ -16,9 +16,10 @@ import threading
 import time
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Protocol
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
-from nvdeploy.checks import CHECKS, NodeContext
+from nvdeploy.checks import CHECKS, Check, NodeContext
+from nvdeploy.checks.firmware_consistency import MUST_MATCH_FACT as FIRMWARE_MUST_MATCH
 from nvdeploy.checks.heavy_gate import HeavySkip, compute_processes, skip_for
 from nvdeploy.checks.nvlink_domain import FABRIC_CHECK, tray_fact
 from nvdeploy.checks.nvlink_domain import FACT as DOMAIN_FACT
@@ -46,10 +47,22 @@ class Evaluation:
     facts: dict[str, Any]
 
 
-def evaluate(job: EvaluationJob) -> Evaluation:
-    """The node's findings, one check after the other, and the facts kept for the reports."""
+# How one check is run on a node: the check itself here; ``nvdeploy parse`` narrows a pasted piece's checks to
+# what the piece shows (cli/commands/parse_fragment.py).
+Judge = Callable[[Check, NodeContext], Sequence[Finding]]
+
+
+def _run(check: Check, ctx: NodeContext) -> Sequence[Finding]:
+    return check(ctx)
+
+
+def evaluate(job: EvaluationJob, *, given: Optional[Mapping[str, Any]] = None,
+             judge: Judge = _run) -> Evaluation:
+    """The node's findings, one check after the other, and the facts kept for the reports. ``given`` facts replace
+    those parsed from the results (a pasted ``-q`` text or CSV, which no collector prints), ``judge`` runs each
+    check; both only for ``nvdeploy parse``, which judges a capture through this same path."""
     by_name = {r.name: r for r in job.results}
-    facts = node_facts(by_name)
+    facts = {**node_facts(by_name), **(given or {})}
     ctx = NodeContext(job.node, job.host_vars, job.profile, by_name, facts, dict(job.evidence))
     stamp = job.profile.stamp
     findings: list[Finding] = []
@@ -61,7 +74,7 @@ def evaluate(job: EvaluationJob) -> Evaluation:
                                     profile=stamp))
             continue
         try:
-            findings.extend(check(ctx))
+            findings.extend(judge(check, ctx))
         except Exception as exc:  # noqa: BLE001 - a check bug is ERROR on that check, not a crash
             findings.append(Finding(check_id, Verdict.ERROR, f"check crashed: {type(exc).__name__}: {exc}",
                                     node=job.node, reason=ErrorReason.UNPARSEABLE,
@@ -70,6 +83,12 @@ def evaluate(job: EvaluationJob) -> Evaluation:
     if job.profile.nvlink_domain is not None and FABRIC_CHECK in job.check_ids and facts.get("smi") is not None:
         # The tray's NVLink domain(s) and the domain's size, for nvlink.domain in the cluster stage.
         summary[DOMAIN_FACT] = tray_fact(facts["smi"], job.profile.nvlink_domain)
+    must_match = (job.profile.extra.get("firmware") or {}).get("must_match")
+    if must_match and "firmware" in summary:
+        summary[FIRMWARE_MUST_MATCH] = list(must_match)  # for firmware.consistency in the cluster stage
+    if job.host_vars.get("peer_group") not in (None, ""):
+        # fleet.performance judges a profile's nodes by peer group (checks/fleet.py PEER_GROUP).
+        summary["peer_group"] = str(job.host_vars["peer_group"])
     processes = compute_processes(by_name, facts)
     if processes is not None:
         summary["compute_processes"] = processes  # what the busy guard saw, in results.json

@@ -18,8 +18,8 @@ from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 from nvdeploy import __version__
 from nvdeploy.checks.cluster import evaluate_cluster
-from nvdeploy.config.waivers import WAIVABLE, Waiver, apply_waivers, today_utc
-from nvdeploy.results import Finding, NodeResult, RunResult
+from nvdeploy.config.waivers import WAIVABLE, Waiver, apply_waivers, run_date, today_utc, waive_cluster
+from nvdeploy.results import Finding, NodeResult, RunResult, Waived, node_briefs
 from nvdeploy.runner.record import NodeSpool
 
 RESULTS_JSON = "results.json"
@@ -99,23 +99,32 @@ def _now() -> str:
 
 
 def finish_run(header: dict, nodes: Union[list[NodeResult], NodeSpool], order: list[str], interrupted: bool,
-               duration_s: float, fail_on_warn: bool) -> RunResult:
-    """Cluster evaluation over the finished nodes, in inventory order.
+               duration_s: float, fail_on_warn: bool, extra_cluster: Sequence[Finding] = ()) -> RunResult:
+    """Cluster evaluation over the finished nodes, in inventory order; ``extra_cluster``: the cluster findings of
+    the stages that already ran (multi-node nccl-tests, ...), whose node findings are in ``nodes``.
 
     From a spool, the cluster checks read each node's brief (its version facts and power findings), and only the
     nodes they add findings to are read back, amended and spooled again: the run's nodes stay on disk."""
-    # Waivers (nvdeploy/config/waivers.py) apply last, to every node finding the run made, the cluster stage's included.
+    # Waivers (nvdeploy/config/waivers.py) apply last, to every node finding the run made, the cluster stage's
+    # included, then to the cluster findings those stand behind; on the day the run started, not the day it ends.
     waivers = [Waiver.from_dict(w) for w in header.get("waivers") or ()]
+    today = run_date(header.get("started_at"))
     baseline = _fleet_baseline(header)
+    ordered_nodes: Sequence[NodeResult]
+    only = header.get("checks") if header.get("only_checks") else None  # validate --check: only these
     if isinstance(nodes, NodeSpool):
         ordered_nodes, cluster_findings = _evaluate_spooled(nodes, order, header.get("racks"), header.get("fleet"),
-                                                            waivers, baseline)
+                                                            waivers, baseline, today, only)
     else:
         by_name = {n.name: n for n in nodes}
         ordered = [by_name[name] for name in order if name in by_name]
         ordered += [n for n in nodes if n.name not in set(order)]
-        evaluated, cluster_findings = evaluate_cluster(ordered, header.get("racks"), header.get("fleet"), baseline)
-        ordered_nodes = tuple(apply_waivers(evaluated, waivers, today_utc()))
+        evaluated, cluster_findings = evaluate_cluster(ordered, header.get("racks"), header.get("fleet"), baseline,
+                                                       only)
+        ordered_nodes = tuple(apply_waivers(evaluated, waivers, today))
+    cluster_findings = list(cluster_findings) + list(extra_cluster)
+    if waivers:
+        cluster_findings = _waive_cluster(cluster_findings, ordered_nodes)
     return RunResult(
         run_id=header["run_id"], cluster=header["cluster"], phase=header.get("phase", "validate"),
         nodes=ordered_nodes, cluster_findings=tuple(cluster_findings), started_at=header.get("started_at", ""),
@@ -136,17 +145,35 @@ def _fleet_baseline(header: Mapping[str, Any]) -> Optional[RunResult]:
         return None
 
 
+def _waive_cluster(findings: Sequence[Finding], nodes: Sequence[NodeResult]) -> list[Finding]:
+    """The cluster findings with those whose node findings are all waived waived too (waivers.waive_cluster): the
+    counting checks from the nodes' briefs, and only the nodes with a waived finding of such a check read back."""
+    wanted = {f.check for f in findings if f.verdict in WAIVABLE}
+    if not wanted:
+        return list(findings)
+    briefs = node_briefs(nodes)
+    counting = {check for b in briefs for check, worst in b.checks if check in wanted and worst in WAIVABLE}
+    accepted: dict[str, list[Waived]] = {}
+    for index, brief in enumerate(briefs):
+        if wanted.intersection(brief.waived):
+            for finding in nodes[index].findings:
+                if finding.waiver is not None and finding.check in wanted:
+                    accepted.setdefault(finding.check, []).append(finding.waiver)
+    return waive_cluster(findings, accepted, counting)
+
+
 def _evaluate_spooled(spool: NodeSpool, order: list[str], racks_of: Optional[Mapping[str, Sequence[Any]]] = None,
                       fleet: Optional[Mapping[str, Mapping[str, Any]]] = None, waivers: Sequence[Waiver] = (),
-                      baseline: Optional[RunResult] = None) -> tuple[Sequence[NodeResult], list[Finding]]:
+                      baseline: Optional[RunResult] = None, today: Optional[dt.date] = None,
+                      only: Optional[Sequence[str]] = None) -> tuple[Sequence[NodeResult], list[Finding]]:
     ordered = spool.nodes(order)
     views = [NodeResult(b.name, b.kept, address=b.address, profile=b.profile, facts=b.facts) for b in ordered.briefs]
-    updated, cluster_findings = evaluate_cluster(views, racks_of, fleet, baseline)
+    updated, cluster_findings = evaluate_cluster(views, racks_of, fleet, baseline, only)
     for view, after in zip(views, updated):
         if after is not view:  # the cluster checks appended findings to this node: amend the full result
             spool.add(spool.get(view.name).with_findings(after.findings[len(view.findings):]))
     if waivers:
-        today = today_utc()
+        today = today or today_utc()
         checks = {w.check for w in waivers}
         named = {n for w in waivers for n in w.nodes}
         for brief in spool.nodes(order).briefs:

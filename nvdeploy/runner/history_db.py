@@ -160,8 +160,9 @@ def _figure_rows(run_id: str, node: Any) -> Iterator[tuple[Any, ...]]:
 
 def _finding_rows(run_id: str, node_name: str, findings: Iterable[Finding]) -> Iterator[tuple[Any, ...]]:
     for f in findings:
-        yield (run_id, node_name, f.check, f.verdict.value, f.gpu, f.summary, _text(f.observed), _text(f.expected),
-               f.unit, f.remediation.value, f.reason.value if f.reason else None, f.evidence)
+        # The summary with a waiver's note in front, as results.json keeps it: the history says what was waived.
+        yield (run_id, node_name, f.check, f.verdict.value, f.gpu, f.display_summary, _text(f.observed),
+               _text(f.expected), f.unit, f.remediation.value, f.reason.value if f.reason else None, f.evidence)
 
 
 def record_run(db_path: Union[str, Path], run: RunResult, run_dir: Union[str, Path]) -> None:

@@ -1,11 +1,14 @@
-"""Which nodes test together in multi-node nccl-tests: all at once, disjoint pairs, and bisection.
+"""Which nodes test together in multi-node nccl-tests: all at once, disjoint pairs, bisection, and pairs compared
+with each other (where no floor holds for a pair's size).
 
 Pure planning: a ``test`` callable runs one group (via mpirun on the transport) and says whether it met the
-bandwidth floor; these functions only decide who runs with whom, so they are tested without any network.
+bandwidth floor, a ``measure`` callable gives its figure; these functions only decide who runs with whom, so they
+are tested without any network.
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
@@ -96,3 +99,51 @@ def bisect(nodes: Sequence[str], test: GroupTest, reference: Optional[str] = Non
         return bad if bad or any(not ok for ok in results) else group
 
     return solve(list(nodes))
+
+
+Measure = Callable[[Sequence[str]], Optional[float]]
+
+
+@dataclass(frozen=True)
+class PeerLocalisation:
+    """What ``localise_by_peers`` found: the nodes slow in their pair and again with a third node, the nodes of a
+    low pair the re-tests did not split, and the pairs' median figure (the reference)."""
+
+    named: tuple[str, ...] = ()
+    unresolved: tuple[str, ...] = ()
+    median: Optional[float] = None
+
+
+def localise_by_peers(nodes: Sequence[str], measure: Measure, floor_pct: float = 90.0) -> PeerLocalisation:
+    """Name the nodes that make a group slow by comparing groups of one size with each other, never with a floor
+    of another size: disjoint pairs (an odd node out paired with the first node), each measured (``measure``: the
+    figure, None when the run failed); a pair below ``floor_pct`` of the pairs' median is low; each node of a low
+    pair not cleared by a good pair is re-tested with a node of a good pair (a third peer) and named when that is
+    low too. A low pair whose re-tests both pass, or a run with fewer than two pairs or no good pair, names no one:
+    its nodes are unresolved, honest rather than a guess."""
+    names = list(nodes)
+    pairs = [(names[i], names[i + 1]) for i in range(0, len(names) - 1, 2)]
+    if len(names) % 2 and len(names) > 2:
+        pairs.append((names[-1], names[0]))
+    figures = {pair: measure(pair) for pair in pairs}
+    known = [f for f in figures.values() if f is not None]
+    if len(pairs) < 2 or not known:
+        return PeerLocalisation(unresolved=tuple(names))
+    median = statistics.median(known)
+    floor = median * floor_pct / 100
+    good = [n for pair, f in figures.items() if f is not None and f >= floor for n in pair]
+    low = [pair for pair, f in figures.items() if f is None or f < floor]
+    if not low:
+        return PeerLocalisation(median=median)
+    suspects = [n for n in names if any(n in pair for pair in low) and n not in good]
+    if not good:
+        return PeerLocalisation(unresolved=tuple(suspects), median=median)
+    named: list[str] = []
+    for node in suspects:
+        # A third peer: a node of a good pair (never the node's own partner, which is not good).
+        again = measure((node, good[0]))
+        if again is None or again < floor:
+            named.append(node)
+    cleared = [pair for pair in low if not any(n in named for n in pair)]
+    unresolved = [n for n in suspects if n not in named and any(n in pair for pair in cleared)]
+    return PeerLocalisation(tuple(named), tuple(unresolved), median)

@@ -10,6 +10,8 @@ Faults (registered in nvdeploy/sim/dcgm_tool.py):
 - ``dcgm_health_warn``: GPU 3 reports a PCIe Warning (more than 8 replays per minute).
 - ``dcgm_health_fail:<system>`` (``memory``, ``pcie``, ``nvlink``, ``thermal``, ``power``, ``inforom``,
   ``driver``): GPU 2 reports a Failure of that system.
+- ``dcgm_health_late:<system>``: the same Failure, but only in a read made once the watches have had samples (the
+  read after the heavy tests), not in the one right after they were set.
 
 The collector's script (``sh -c`` with the two dcgmi calls, nvdeploy/collect/datacenter.py) is answered by a tool
 hook that runs the same two simulated calls.
@@ -54,14 +56,25 @@ WARNING = ("PCIe system", "Detected more than 8 PCIe replays per minute for GPU 
 HEALTH_HELPER = "dcgm_health"
 
 
-def incidents(scenario: NodeScenario) -> list[tuple[int, str, str, str]]:
-    """(GPU, system, health, message) of the scenario's faults, GPU then system order as DCGM sorts them."""
+# A pseudo-argument the collector's hook adds to the check it runs right after setting the watches: a
+# ``dcgm_health_late`` incident needs about a minute of samples, so that read cannot show it yet (over SSH, where
+# the real sh runs the two calls, the fake dcgmi cannot tell the reads apart and shows it in both).
+JUST_SET = "--nvd-just-set"
+
+
+def incidents(scenario: NodeScenario, just_set: bool = False) -> list[tuple[int, str, str, str]]:
+    """(GPU, system, health, message) of the scenario's faults, GPU then system order as DCGM sorts them;
+    ``just_set``: a read seconds after the watches were set (no ``dcgm_health_late`` incident yet)."""
     indexes = [g.index for g in node_facts(scenario).gpus]
     if not indexes:
         return []
     out: list[tuple[int, str, str, str]] = []
     for fault in scenario.faults:
         if fault.startswith("dcgm_health_fail:") and fault.split(":", 1)[1] in FAILURES:
+            system, message = FAILURES[fault.split(":", 1)[1]]
+            gpu = min(FAIL_GPU, max(indexes))
+            out.append((gpu, system, "Failure", message.format(gpu=gpu)))
+        if fault.startswith("dcgm_health_late:") and fault.split(":", 1)[1] in FAILURES and not just_set:
             system, message = FAILURES[fault.split(":", 1)[1]]
             gpu = min(FAIL_GPU, max(indexes))
             out.append((gpu, system, "Failure", message.format(gpu=gpu)))
@@ -89,8 +102,8 @@ def _worst(values: Sequence[str]) -> str:
     return "Failure" if "Failure" in values else "Warning" if "Warning" in values else "Healthy"
 
 
-def report(scenario: NodeScenario, as_json: bool) -> str:
-    found = incidents(scenario)
+def report(scenario: NodeScenario, as_json: bool, just_set: bool = False) -> str:
+    found = incidents(scenario, just_set)
     overall = _worst([h for _, _, h, _ in found])
     by_gpu: dict[int, list[tuple[str, str, str]]] = {}
     for gpu, system, health, message in found:
@@ -139,7 +152,7 @@ def health(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
                               b"             Invalid flags detected\n", 255)
         return ToolOutput(b"Health monitor systems set successfully.\n")
     if "-c" in args or "--check" in args:
-        return ToolOutput(report(scenario, "-j" in args or "--json" in args).encode())
+        return ToolOutput(report(scenario, "-j" in args or "--json" in args, JUST_SET in args).encode())
     if "-f" in args or "--fetch" in args:
         systems = ("PCIe", "NVLINK", "Memory", "SM", "InfoROM", "Thermal", "Power", "Driver", "NvSwitch NF",
                    "NvSwitch F", "ConnectX")
@@ -161,7 +174,7 @@ def _hook(scenario: NodeScenario, argv: Sequence[str]) -> ToolOutput | None:
     first = run_tool(scenario, ["dcgmi", "health", "-g", "0", "-s", "a"])
     if first.rc != 0 or first.hang:
         return first
-    second = run_tool(scenario, ["dcgmi", "health", "-g", "0", "-c", "-j"])
+    second = run_tool(scenario, ["dcgmi", "health", "-g", "0", "-c", "-j", JUST_SET])
     return ToolOutput(first.stdout + second.stdout, first.stderr + second.stderr, second.rc, hang=second.hang)
 
 

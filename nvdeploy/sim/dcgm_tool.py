@@ -1,4 +1,5 @@
-"""A simulated ``dcgmi`` (DCGM 3.3): ``--version``, ``discovery -l``, ``diag -r 1|2|3|4 [-j]`` and ``health``
+"""A simulated ``dcgmi`` (DCGM 3.3): ``--version``, ``discovery -l``, ``diag -r 1|2|3|4 [-j]``, ``diag -r diagnostic
+[-p diagnostic.test_duration=S] -j`` (the Diagnostic plugin alone) and ``health``
 (nvdeploy/sim/dcgm_health_tool.py).
 
 ``diag -j`` prints the DCGM 3.x JSON layout (``"DCGM GPU Diagnostic"`` with ``test_categories``, ``gpu_ids`` for
@@ -85,6 +86,9 @@ register_fault("dcgm_missing", "dcgmi not installed (exit 127)")
 register_fault("hostengine_down", "nv-hostengine not running: dcgmi discovery/diag cannot connect")
 register_fault("dcgm_hang", "dcgmi diag never returns")
 register_fault("dcgm_health_warn", "dcgmi health -c: GPU 3 PCIe Warning (more than 8 replays per minute)")
+register_fault("dcgm_health_late", "dcgm_health_late:<system>: a Failure of that system on GPU 2 that only a read "
+               "made after the watches had samples shows (the one after the heavy tests)",
+               pattern=r"dcgm_health_late:(?:" + "|".join(dcgm_health_tool.FAILURES) + ")")
 register_fault("dcgm_health_fail", "dcgm_health_fail:<system>: dcgmi health -c reports a Failure of that system on "
                "GPU 2 (" + ", ".join(dcgm_health_tool.FAILURES) + ")",
                pattern=r"dcgm_health_fail:(?:" + "|".join(dcgm_health_tool.FAILURES) + ")")
@@ -268,11 +272,25 @@ def _text(scenario: NodeScenario, tests: list[tuple[str, str, list[dict[str, Any
     return "".join(out)
 
 
+def _run_names(args: Sequence[str]) -> list[str]:
+    args = list(args)
+    for i, arg in enumerate(args):
+        if arg in ("-r", "--run") and i + 1 < len(args):
+            return [name.strip().lower() for name in args[i + 1].split(",")]
+    return []
+
+
 def _diag(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
     level = _level(args)
-    if level is None:
-        return ToolOutput(b"", b"Error: Invalid value for the -r/--run option: use 1, 2, 3 or 4.\n", 255)
-    tests = diag_results(scenario, level)
+    names = _run_names(args)
+    if level is None and names == ["diagnostic"]:
+        # One canonical test name runs that plugin alone (the DCGM reference, "dcgmi diag": "A canonical test name
+        # selects one test"); its -p diagnostic.test_duration only changes how long it runs.
+        tests = [t for t in diag_results(scenario, 3) if t[1] == "Diagnostic"]
+    elif level is None:
+        return ToolOutput(b"", b"Error: Invalid value for the -r/--run option: use 1, 2, 3, 4 or a test name.\n", 255)
+    else:
+        tests = diag_results(scenario, level)
     failed = any(r["status"] == "Fail" for _, _, results in tests for r in results)
     text = _json(scenario, tests) if "-j" in args or "--json" in args else _text(scenario, tests)
     return ToolOutput(text.encode(), rc=DIAG_FAILED_RC if failed else 0)

@@ -45,3 +45,6 @@ from nvdeploy.sim import storage_tool  # noqa: E402,F401  isort: skip
 
 # The burn-in's sampler and load scripts in simulated time, and the fault throttle_after:<MIN>[:<GPU>].
 from nvdeploy.sim import burnin_tool  # noqa: E402,F401  isort: skip
+
+# Firmware: the DMI files (system BIOS, board) and the faults vbios_mismatch:<GPU>, cx_fw_old, bios_mismatch.
+from nvdeploy.sim import firmware_tool  # noqa: E402,F401  isort: skip

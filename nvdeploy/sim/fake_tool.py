@@ -48,7 +48,8 @@ PARTIAL_TOOLS = {"cat": ("/etc/os-release|/proc/sys/kernel/random/boot_id|*nvdep
                  "grep": ("-rsH", "/bin/grep"),
                  "awk": ("'{print $1}'", "/usr/bin/awk"),
                  # only the cuda_toolkits collector's listing; the test machine's own /usr/local must not leak in
-                 "find": ("/usr/local|/usr/bin/dockerd|/proc/driver/nvidia/version|/dev/nvidia-caps-imex-channels/*",
+                 "find": ("/usr/local|/usr/bin/dockerd|/proc/driver/nvidia/version|/dev/nvidia-caps-imex-channels/*"
+                          "|/sys/class/dmi/id/*",
                           "/usr/bin/find")}
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the nvdeploy package
 

@@ -17,8 +17,12 @@ Faults:
 - ``imex_peer_missing``: this tray's own daemon runs (active, READY) but no other tray is connected to it: in every
   other tray's view it is UNAVAILABLE with its connections INVALID, and in its own view every other tray is.
 - ``imex_no_channel``: /dev/nvidia-caps-imex-channels/channel0 is missing.
-- ``imex_dra``: IMEX run by Kubernetes: the host service is disabled and inactive, and the NVIDIA DRA driver's
-  /var/lib/kubelet/plugins/compute-domain.nvidia.com folder exists.
+- ``imex_dra``: IMEX run by Kubernetes as the NVIDIA DRA driver's prerequisites ask: the host service disabled,
+  inactive and masked (``systemctl is-enabled`` prints ``masked``: its unit file is a link to /dev/null), and the
+  DRA driver's /var/lib/kubelet/plugins/compute-domain.nvidia.com folder exists.
+- ``imex_dra_host_active``: the DRA driver's folder exists, but the host service is still enabled and active (the
+  host daemon holds the IMEX session the ComputeDomain daemons need).
+- ``imex_dra_unmasked``: the DRA driver's folder exists and the host service is disabled and inactive, not masked.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from nvdeploy.actions.imex import imex_package
 from nvdeploy.collect.stack_commands import (
     IMEX_CHANNEL0,
     IMEX_DRA_PLUGIN_DIR,
@@ -44,7 +49,15 @@ DOWN_MESSAGE = "nvidia-imex-ctl: could not connect to the IMEX command service\n
 register_fault("imex_down", "nvidia-imex failed: nvidia-imex-ctl cannot reach it, other trays see it UNAVAILABLE")
 register_fault("imex_peer_missing", "this tray's IMEX daemon runs but no other tray is connected to it")
 register_fault("imex_no_channel", f"{IMEX_CHANNEL0} missing")
-register_fault("imex_dra", "IMEX run by Kubernetes: host nvidia-imex disabled, the DRA compute-domain plugin present")
+register_fault("imex_dra", "IMEX run by Kubernetes: host nvidia-imex disabled and masked, the DRA compute-domain "
+               "plugin present")
+register_fault("imex_dra_host_active", "the DRA compute-domain plugin present, yet the host nvidia-imex enabled and "
+               "running (imex.daemon FAILs)")
+register_fault("imex_dra_unmasked", "the DRA compute-domain plugin present, the host nvidia-imex disabled and off "
+               "but not masked (imex.daemon WARNs)")
+DRA_FAULTS = ("imex_dra", "imex_dra_host_active", "imex_dra_unmasked")
+# ``systemctl mask`` links the unit file to /dev/null (the simulated systemctl reads it as masked).
+MASK_LINK = f"/etc/systemd/system/{IMEX_SERVICE}.service"
 
 
 def imex_tray(scenario: NodeScenario) -> bool:
@@ -56,9 +69,11 @@ def _baseline(scenario: NodeScenario, state: Any) -> None:
     if not imex_tray(scenario) or scenario.has("bare") or state.family is None:
         return
     branch = driver_versions(scenario)[0].split(".")[0]
-    state.packages[f"nvidia-imex-{branch}"] = driver_versions(scenario)[0] + "-1"
-    if scenario.has("imex_dra"):
+    state.packages[imex_package(branch)] = driver_versions(scenario)[0] + "-1"
+    if scenario.has("imex_dra") or scenario.has("imex_dra_unmasked"):
         state.services[IMEX_SERVICE] = [False, False]
+        if scenario.has("imex_dra"):
+            state.files[MASK_LINK] = "/dev/null"
         return
     state.services[IMEX_SERVICE] = [True, not scenario.has("imex_down")]
     state.files[IMEX_NODES_CONFIG] = PLACEHOLDER
@@ -114,7 +129,8 @@ def domain_json(scenario: NodeScenario) -> str:
             return True
         if isolated:
             return False
-        return not ({"imex_down", "imex_peer_missing", "unreachable", "imex_dra"} & faults.get(host, set()))
+        return not ({"imex_down", "imex_peer_missing", "unreachable", "imex_dra", "imex_dra_unmasked"}
+                    & faults.get(host, set()))
 
     version = ".".join(driver_versions(scenario)[0].split(".")[:2])
     nodes: dict[str, Any] = {}
@@ -166,7 +182,7 @@ def files_output(scenario: NodeScenario) -> tuple[str, str, int]:
         out.append(f"\n== {IMEX_NODES_CONFIG} f\n{digest}  {IMEX_NODES_CONFIG}\n")
     else:
         err.append(f"find: '{IMEX_NODES_CONFIG}': No such file or directory\n")
-    if scenario.has("imex_dra"):
+    if any(scenario.has(fault) for fault in DRA_FAULTS):
         out.append(f"\n== {IMEX_DRA_PLUGIN_DIR} d\n")
     else:
         err.append(f"find: '{IMEX_DRA_PLUGIN_DIR}': No such file or directory\n")

@@ -2,16 +2,21 @@
 
 Absent by default, as on a DCGM before 4.3 or a tray without the module: dcgmi refuses the command (exit 255; the
 words are the simulator's, no public capture of the real refusal was found). Present where the head tray has the
-fault ``mndiag``; a listed tray without it is a host engine the head cannot reach (``runtime_error``). The JSON
-follows DCGM 4.6's dcgmi/MnDiag.cpp (no public capture of a real run was found): every GPU of every host Pass, or
-with ``mndiag_fail`` on a tray its GPU 1 Fail with an error message.
+fault ``mndiag``; a listed tray without it is a host engine the head cannot reach (``runtime_error``). The JSON is
+what DCGM 4.6's own print statements build (NVIDIA/DCGM commit 72fa3fe, dcgmi/MnDiag.cpp HelperJsonBuildOutput and
+its helpers, keys from nvvs/include/NvvsJsonStrings.h), laid out as jsoncpp's toStyledString prints it
+(nvdeploy/sim/jsoncpp.py); no public capture of a real run was found. Every GPU of every host Pass, or with
+``mndiag_fail`` on a tray its GPU 1 Fail with an error message; two trays' GPU 1 are two results told apart only by
+``host_id``. A run that could not complete prints HelperDisplayFailureMessage's object (the name, ``runtime_error``,
+the zeroed response's metadata, no hosts) and a blank line, and exits with the DCGM error; a completed run exits 0,
+as RunStartMnDiag returns what HelperDisplayAsJson returns, whatever the GPUs' results.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
+from nvdeploy.sim.jsoncpp import styled
 from nvdeploy.sim.scenario import NodeScenario, node_facts, register_fault
 from nvdeploy.sim.tools import ToolOutput
 
@@ -37,11 +42,11 @@ def mndiag(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
     down = [h for h, f in faults.items() if f is None or "mndiag" not in f or "unreachable" in f]
     test: dict = {"name": "mnubergemm", "status": "Pass", "test_summary": {"status": "Pass"}, "results": []}
     if down:
-        out["runtime_error"] = (f"Error: Unable to complete multi-node diagnostic on host {hosts[0]}. Return: "
-                                f"(Host engine connection invalid/disconnected) -18\n")
-        test.update(status="Not Run", test_summary={"status": "Not Run"})
-        out["test_categories"] = [{"category": "Multi-Node Tests", "tests": [test]}]
-        return ToolOutput((json.dumps(out, indent=3) + "\n").encode(), rc=238)
+        # The response stayed as dcgmi zeroed it: no host, no test (numTests 0), metadata 0.
+        out["metadata"] = {"num_hosts": 0, "num_entities": 0}
+        out["runtime_error"] = ("Error: Unable to complete multi-node diagnostic on host localhost. Return: "
+                                "(Host engine connection invalid/disconnected) -18\n")
+        return ToolOutput((styled(out) + "\n").encode(), rc=238)
     out["hosts"] = []
     for host_id, host in enumerate(hosts):
         out["hosts"].append({"host_id": host_id, "hostname": host, "dcgm_version": DCGM_MNDIAG_VERSION,
@@ -58,4 +63,4 @@ def mndiag(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
                 test.update(status="Fail", test_summary={"status": "Fail"})
             test["results"].append(result)
     out["test_categories"] = [{"category": "Multi-Node Tests", "tests": [test]}]
-    return ToolOutput((json.dumps(out, indent=3) + "\n").encode(), rc=0 if test["status"] == "Pass" else 1)
+    return ToolOutput(styled(out).encode())

@@ -11,8 +11,11 @@ of any participant: ``nccl_low_bw`` or ``ib_port_down`` -> 60% of that (the slow
 timeout message; ``unreachable`` -> the daemon on that host cannot start: Open MPI's error, no table, exit 1.
 
 A run with ``NCCL_MNNVL_ENABLE=1`` (nccl.domain: the trays of one NVLink domain) goes over multi-node NVLink
-instead: 1% above the profile's ``nvlink_domain.all_reduce_busbw_gbps`` (800 GB/s where the profile states none),
-and ``mnnvl_slow`` on any participant -> 60% of that; the InfiniBand faults do not touch it. Without MNNVL
+instead: 1% above the profile's ``nvlink_domain.all_reduce_busbw_gbps`` (800 GB/s where the profile states none)
+for a run of the figure's size (``all_reduce_ranks``, else the whole domain), and ``mnnvl_slow`` on any participant
+-> 60% of that; the InfiniBand faults do not touch it. A group of another size keeps the algbw of that run (each
+GPU's NVLink to the switch trays sets it), so its busbw scales with nccl-tests' all_reduce factor 2(n-1)/n: a pair
+of trays (8 ranks) comes out about 11% below a full rack (the simulator's model, not a published figure). Without MNNVL
 (``NCCL_MNNVL_ENABLE=0``, or unset) ``mnnvl_slow`` changes nothing: the ranks talk over InfiniBand.
 """
 
@@ -189,6 +192,8 @@ def multinode_table(scenario: NodeScenario, hosts: Sequence[tuple[str, int]], en
     domain = getattr(scenario.hardware, "nvlink_domain", None)
     if env.get("NCCL_MNNVL_ENABLE") == "1" and domain is not None:
         peak = float(domain.all_reduce_busbw_gbps or DEFAULT_DOMAIN_BUSBW) * HEALTHY_MARGIN
+        size, ranks = float(getattr(domain, "floor_ranks", domain.gpus)), sum(slots for _, slots in hosts)
+        peak *= ((ranks - 1) / ranks) / ((size - 1) / size) if ranks > 1 and size > 1 else 1.0
         if "mnnvl_slow" in every:
             peak *= LOW_BW_FACTOR
     else:

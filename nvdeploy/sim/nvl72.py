@@ -12,7 +12,7 @@ Faults:
 - ``fabric_incomplete``: every GPU's registration is ``In Progress`` (no status, cliqueId or clusterUuid yet).
 - ``fabric_zero_uuid``: every GPU reports ``Completed`` / ``Success`` with an all-zero clusterUuid.
 - ``fabric_unhealthy``: GPU 2's health summary is ``Unhealthy`` with bandwidth ``Degraded``.
-- ``recovery_reset``: GPU 1's recovery action is ``GPU Reset``.
+- ``recovery_reset``: GPU 1's recovery action is ``Reset`` (as NVIDIA's documentation names it; no capture).
 - ``domain_split``: the tray registers with another cliqueId than the rest of its rack (a domain of its own).
 """
 
@@ -36,7 +36,7 @@ register_fault("fabric_incomplete", "NVL72 tray: every GPU's NVLink fabric regis
 register_fault("fabric_zero_uuid", "NVL72 tray: every GPU reports fabric Completed/Success with an all-zero "
                "clusterUuid")
 register_fault("fabric_unhealthy", f"NVL72 tray: GPU {UNHEALTHY_GPU}'s fabric health Unhealthy, bandwidth Degraded")
-register_fault("recovery_reset", f"NVL72 tray: GPU {RESET_GPU}'s recovery action is GPU Reset")
+register_fault("recovery_reset", f"NVL72 tray: GPU {RESET_GPU}'s recovery action is Reset")
 register_fault("domain_split", "NVL72 tray: the tray registers with another cliqueId than the rest of its rack")
 
 
@@ -77,7 +77,7 @@ def _trays(scenario: NodeScenario, facts: NodeFacts) -> NodeFacts:
         return facts
     reset = min(RESET_GPU, len(facts.gpus) - 1)
     gpus = tuple(replace(g, fabric=_fabric(scenario, g.index),
-                         recovery_action="GPU Reset" if scenario.has("recovery_reset") and g.index == reset
+                         recovery_action="Reset" if scenario.has("recovery_reset") and g.index == reset
                          else "None") for g in facts.gpus)
     return replace(facts, gpus=gpus)
 

@@ -1,15 +1,24 @@
 """A simulated ``nvloom_cli`` (github.com/NVIDIA/nvloom) launched by the simulated mpirun across NVLink domain trays.
 
 Absent by default, as on most nodes: mpirun then prints Open MPI's "unable to find the specified executable" and
-exits 1. Present where every participant has the fault ``nvloom``. The output follows nvloom 1.3's format strings
-(cli/nvloom_cli.cpp, cli/util.cpp, cli/util.h): the header, one ``Process`` line per rank, per testcase
-``Running``, a one-column matrix (one row per rank, the bisect pattern), Min/Avg/Max/Total, ExecutionTime, Done.
-The figures are the simulator's own (no public capture gives one): 750 GB/s per GPU, 60% of that on the GPUs of a
-tray with ``mnnvl_slow``; ``nvloom_fail`` on a participant makes nvloom stop on its first testcase.
+exits 1. Present where every participant has the fault ``nvloom``. The output follows nvloom 1.3's print statements
+(commit 2e7b742: cli/nvloom_cli.cpp, cli/util.cpp, cli/util.h, cli/testcases.cpp): the header, one ``Process`` line
+per rank, per testcase ``Running``, its matrix, Min/Avg/Max/Total, ExecutionTime, Done. Two testcases are played:
+
+- the bisect pattern (``bisect_*``): one column ``0``, one row per rank labelled ``i->peer`` with peer = (i + N/2)
+  mod N, GPU i writing to its peer, so a slow GPU lowers its own row and its partner's row ``peer->i``;
+- gpu-to-rack (``gpu_to_rack_*``): one column per rack GUID, one row per rank labelled with the rank, each cell
+  the median of 5 copies (nvloom's default ``--gpuToRackSamples``) from GPU i to peers drawn at random from that
+  rack (a fixed seed here, nvloom's is random), so a slow GPU is slow in its own row and barely in the others.
+
+The figures are the simulator's own (no public capture gives one): 750 GB/s per copy, 60% of that for a copy to or
+from a GPU of a tray with ``mnnvl_slow``; ``nvloom_fail`` on a participant makes nvloom stop on its first testcase.
 """
 
 from __future__ import annotations
 
+import random
+import statistics
 import zlib
 from collections.abc import Mapping, Sequence
 
@@ -22,6 +31,38 @@ register_fault("nvloom_fail", "NVLink domain tray: nvloom_cli stops on its first
                "(nvloom.domain FAILs naming the testcase)")
 HEALTHY_GBPS = 750.0
 SLOW_FACTOR = 0.6
+GPU_TO_RACK_SAMPLES = 5
+
+
+def _copy(slow: Sequence[bool], src: int, dst: int, jitter: int) -> float:
+    # A copy crosses the links of both GPUs: either one slow sets its pace.
+    return HEALTHY_GBPS * (SLOW_FACTOR if slow[src] or slow[dst] else 1.0) * (1 - 0.001 * (jitter % 3))
+
+
+def _matrix(name: str, ranks: int, slow: Sequence[bool], rack: str, seed: int) -> list[str]:
+    """The matrix lines of one testcase (header row, rows) and its values."""
+    if name.startswith("gpu_to_rack_"):
+        rng = random.Random(seed)
+        rows, values = [f"\t{rack}\t"], []
+        for i in range(ranks):
+            peers = rng.sample([j for j in range(ranks) if j != i], min(GPU_TO_RACK_SAMPLES, ranks - 1))
+            value = sorted(_copy(slow, i, j, i + j) for j in peers)[len(peers) // 2] if peers else 0.0
+            rows.append(f"{i}\t{value:.2f}\t" if value else f"{i}\tN/A\t")
+            values.append(value)
+        return rows + _summary(name, values)
+    rows, values = ["\t0\t"], []
+    for i in range(ranks):
+        peer = (i + ranks // 2) % ranks
+        value = _copy(slow, i, peer, i)
+        rows.append(f"{i}->{peer}\t{value:.2f}\t")
+        values.append(value)
+    return rows + _summary(name, values)
+
+
+def _summary(name: str, values: Sequence[float]) -> list[str]:
+    kept = [v for v in values if v]
+    return ["", f"Min {name} {min(kept):.2f} GB/s", f"Avg {name} {statistics.fmean(kept):.2f} GB/s",
+            f"Max {name} {max(kept):.2f} GB/s", f"Total {name} {sum(kept):.2f} GB/s", ""]
 
 
 def nvloom_output(scenario: NodeScenario, hosts: Sequence[tuple[str, int]],
@@ -53,12 +94,9 @@ def nvloom_output(scenario: NodeScenario, hosts: Sequence[tuple[str, int]],
         lines += [f"Running {testcases[0]}"]
         err = f"Error running testcase {testcases[0]}: CUDA_ERROR_ILLEGAL_ADDRESS\n"
         return ToolOutput(("\n".join(lines) + "\n").encode(), err.encode(), 1)
+    slow = [("mnnvl_slow" in (faults.get(h) or ())) for h, _ in ranks]
+    seed = zlib.crc32(",".join(h for h, _ in hosts).encode())
     for name in testcases:
-        values = [HEALTHY_GBPS * (SLOW_FACTOR if "mnnvl_slow" in (faults.get(h) or ()) else 1.0) * (1 - 0.001 * (r % 3))
-                  for r, (h, _) in enumerate(ranks)]
-        lines += [f"Running {name}", "\t0\t"]
-        lines += [f"{r}\t{v:.2f}\t" for r, v in enumerate(values)]
-        lines += ["", f"Min {name} {min(values):.2f} GB/s", f"Avg {name} {sum(values) / len(values):.2f} GB/s",
-                  f"Max {name} {max(values):.2f} GB/s", f"Total {name} {sum(values):.2f} GB/s", "",
+        lines += [f"Running {name}", *_matrix(name, len(ranks), slow, rack, seed),
                   f"ExecutionTime {name} 2.87 s", f"Done {name}", ""]
     return ToolOutput(("\n".join(lines) + "\n").encode())

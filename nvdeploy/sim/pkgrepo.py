@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from typing import Optional
 
+from nvdeploy.actions.imex import SINGLE_PACKAGE_FROM as IMEX_SINGLE_FROM
 from nvdeploy.sim import state as st
 from nvdeploy.sim.scenario import NodeScenario, register_fault
 
@@ -210,8 +211,13 @@ def versions(scenario: NodeScenario, state: st.NodeState, name: str) -> list[str
         if name == "nvidia-fabric-manager":
             return [v + "-1" for b in branches for v in driver_versions(scenario, b)]
     match = re.fullmatch(r"nvidia-imex-(\d+)", name)
-    if match:  # IMEX ships with the driver, one package per branch at the driver's versions (both families)
-        return [v + "-1" for v in driver_versions(scenario, match.group(1))]
+    if match:  # IMEX ships with the driver: before R580 one package per branch at the driver's versions
+        # From R580 the branch name is only a name nvidia-imex provides: nothing to install at a version.
+        branch = match.group(1)
+        return [] if int(branch) >= IMEX_SINGLE_FROM else [v + "-1" for v in driver_versions(scenario, branch)]
+    if name == "nvidia-imex":  # ... and from R580 one package, nvidia-imex, at every R580+ driver version
+        return [v + "-1" for b in sorted(st.DRIVERS) if int(b) >= IMEX_SINGLE_FROM
+                for v in driver_versions(scenario, b)]
     match = re.fullmatch(r"cuda-toolkit-(\d+)-(\d+)", name)
     if match:
         return [f"{match.group(1)}.{match.group(2)}.1-1"]
@@ -276,7 +282,7 @@ def install_package(scenario: NodeScenario, state: st.NodeState, name: str, vers
         state.services.setdefault("nvidia-fabricmanager", [False, False])
     if name.startswith("datacenter-gpu-manager"):
         state.services.setdefault("nvidia-dcgm", [False, False])
-    if re.fullmatch(r"nvidia-imex-\d+", name):
+    if re.fullmatch(r"nvidia-imex(-\d+)?", name):
         state.services.setdefault("nvidia-imex", [False, False])
     if name == "cuda-keyring":
         # What NVIDIA's cuda-keyring package ships: the key and a list file that uses it.

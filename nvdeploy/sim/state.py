@@ -241,7 +241,7 @@ def _scenario_baseline(scenario: NodeScenario) -> NodeState:
     if scenario.has("bare") or state.family is None:
         return state
     hw = scenario.hardware
-    driver, _ = driver_versions(scenario)
+    driver, cuda = driver_versions(scenario)
     branch = driver.split(".")[0]
     family = state.family
     names = package_names(family, branch, hw.gpu.nvswitch, default_open(hw, branch))
@@ -254,7 +254,11 @@ def _scenario_baseline(scenario: NodeScenario) -> NodeState:
     if hw.gpu.nvlsm:
         state.packages["nvlsm"] = "2025.06.4-1"
         state.files["/etc/modules-load.d/nvdeploy-ib_umad.conf"] = "ib_umad\n"
-    state.packages.update({"cuda-toolkit-12-4": "12.4.1-1", "datacenter-gpu-manager": "1:3.3.9",
+    # The toolkit of the driver's CUDA version, GA: the same one a node lists before it has a state of its own
+    # (sim/stack_tools.py toolkits), so that the first change to a node does not change which toolkit it has.
+    if cuda and not scenario.has("cuda_none"):
+        state.packages[f"cuda-toolkit-{cuda.replace('.', '-')}"] = f"{cuda}.0-1"
+    state.packages.update({"datacenter-gpu-manager": "1:3.3.9",
                            "datacenter-gpu-manager-config": "1:3.3.9", "nvidia-container-toolkit": "1.17.4-1"})
     repo = repo_file(family)
     state.files[repo] = official_repo_text(family, distro_tag(os_id, os_version))

@@ -287,7 +287,8 @@ def _can_start(scenario: NodeScenario, state: st.NodeState, unit: str) -> Option
             return "NVLink 5 system: NVLSM or the ib_umad module missing (NV_WARN_NOTHING_TO_DO)"
     if unit == "nvidia-imex":
         # IMEX checks the loaded driver's version at start and aborts on another one (NVIDIA IMEX guide).
-        imex = next((st.upstream(v) for p, v in state.packages.items() if re.fullmatch(r"nvidia-imex-\d+", p)), None)
+        imex = next((st.upstream(v) for p, v in state.packages.items() if re.fullmatch(r"nvidia-imex(-\d+)?", p)),
+                    None)
         if not driver_ok or imex != state.loaded_driver:
             return "IMEX and driver versions differ"
     return None
@@ -315,6 +316,9 @@ def _systemctl(scenario: NodeScenario, args: list[str]) -> tuple[ToolOutput, boo
             flags = state.service(unit)
             if flags is None:
                 err.append(f"Failed to get unit file state for {unit}.service: No such file or directory\n")
+                rc = 1
+            elif state.files.get(f"/etc/systemd/system/{unit}.service") == "/dev/null":
+                out.append("masked\n")  # systemctl mask links the unit file to /dev/null
                 rc = 1
             else:
                 out.append("enabled\n" if flags[0] else "disabled\n")

@@ -5,10 +5,12 @@ document kept on the node) and the uptime.
 Why: right after a planned reboot some facts are briefly wrong (NVLink links still training, the fabric manager
 not yet up), and a health check that drains on its first sight of them takes healthy nodes out of service.
 
-The state holds, per check id, the bad verdict (FAIL or ERROR) it had and in how many consecutive checks it had
-it. A check seen PASS, WARN or SKIP clears its count; a check not judged this time (absent, or ERROR because
-nvdeploy did not look: the node lock busy, the run interrupted) keeps its count unchanged, since nothing was seen
-either way. A check ERROR after FAIL (or FAIL after ERROR) starts again at 1: a different thing was seen. The
+The state holds, per check id and GPU (``dcgm.diag_r2#GPU3``; the check id alone for a finding of no GPU), the bad
+verdict (FAIL or ERROR) it had and in how many consecutive checks it had it. Per GPU, because within one check
+ERROR outranks FAIL: a FAIL on GPU 3 beside an ERROR on GPU 7 every time would otherwise restart at 1 each time
+and never drain. A check seen PASS, WARN or SKIP clears its count; a check not judged this time (absent, or ERROR
+because nvdeploy did not look: the node lock busy, the run interrupted) keeps its count unchanged, since nothing was
+seen either way. A check ERROR after FAIL (or FAIL after ERROR) starts again at 1: a different thing was seen. The
 counts belong to one boot (the kernel's boot id): after a reboot the checks of the boot before count for nothing.
 """
 
@@ -44,17 +46,28 @@ class Decision:
     note: str  # for the one-line output; "" when nothing is held back
 
 
+def streak_key(finding: Finding) -> str:
+    """``check`` or ``check#GPU<n>``: what one streak counts."""
+    return finding.check if finding.gpu is None else f"{finding.check}#GPU{finding.gpu}"
+
+
+def _check_of(key: str) -> str:
+    return key.split("#", 1)[0]
+
+
 def check_verdicts(findings: Sequence[Finding]) -> dict[str, Optional[Verdict]]:
-    """Per check id: its worst verdict this time, or None when nvdeploy did not look (busy, interrupted)."""
+    """Per check id and GPU (:func:`streak_key`): its worst verdict this time, or None when nvdeploy did not look
+    (busy, interrupted)."""
     out: dict[str, Optional[Verdict]] = {}
     rank = {Verdict.ERROR: 3, Verdict.FAIL: 2, Verdict.WARN: 1, Verdict.PASS: 0, Verdict.SKIP: 0}
     for f in findings:
+        key = streak_key(f)
         if f.verdict is Verdict.ERROR and f.reason in _NOT_LOOKED:
-            out.setdefault(f.check, None)
+            out.setdefault(key, None)
             continue
-        old = out.get(f.check)
+        old = out.get(key)
         if old is None or rank.get(f.verdict, 0) > rank.get(old, 0):
-            out[f.check] = f.verdict
+            out[key] = f.verdict
     return out
 
 
@@ -88,9 +101,10 @@ def decide(state: Optional[Mapping[str, Any]], findings: Sequence[Finding], *, n
         return Decision(False, (), (), True, None, note)
     old = _streaks(state, node, boot_id)
     new: dict[str, Streak] = {}
+    looked = {_check_of(k) for k, v in seen.items() if v is not None}
     for check, streak in old.items():
-        if check not in seen or seen[check] is None:
-            new[check] = streak  # not looked at this time
+        if seen.get(check) is None and _check_of(check) not in looked:
+            new[check] = streak  # the check was not looked at this time
     for check, verdict in seen.items():
         if verdict in _BAD:
             prev = old.get(check)

@@ -64,9 +64,10 @@ def _pylib_template(python: str) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "_data")
     shutil.copytree(Path(nvdeploy.__file__).parent, pylib / "nvdeploy", ignore=ignore)
     shutil.copytree(data_dir("checks"), pylib / "nvdeploy" / "_data" / "checks", ignore=ignore)
-    # The simulator's own dependencies (PyYAML for scenarios, ClusterShell for host ranges), for a node python
-    # that lacks them: pure-Python packages, copied from this interpreter's.
-    for name in ("yaml", "ClusterShell"):
+    # The simulator's own dependencies (PyYAML for scenarios, ClusterShell for host ranges, defusedxml for the
+    # parsers the simulated package tools share with the install actions), for a node python that lacks them:
+    # pure-Python packages, copied from this interpreter's.
+    for name in ("yaml", "ClusterShell", "defusedxml"):
         probe = subprocess.run([python, "-c", f"import {name}"], capture_output=True, timeout=30)
         if probe.returncode != 0:
             module = importlib.import_module(name)

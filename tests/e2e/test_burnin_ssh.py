@@ -166,9 +166,11 @@ def test_sigterm_then_resume_burns_in_for_the_runs_duration(ssh_cluster_factory,
     for node in data["nodes"]:
         stability = [f for f in node["findings"] if f["check"] == "burnin.stability"]
         assert len(stability) == 8 and all(f["verdict"] == "PASS" for f in stability), stability
-        # The samples span the whole minute, less what a loaded machine's sampler loses (58 s seen under CI load).
+        # The samples span the whole minute, less what a loaded machine's sampler loses (58 s seen under CI load),
+        # and go on until the load's last iteration ends (the sampler stops at the load's end, not at DURATION:
+        # 62 s seen), well short of a second minute.
         span = re.search(r" samples over (?:(1)m)?(\d+)s ", stability[0]["summary"])
-        assert span and 50 <= 60 * int(span.group(1) or 0) + int(span.group(2)) <= 61, stability[0]
+        assert span and 50 <= 60 * int(span.group(1) or 0) + int(span.group(2)) <= 90, stability[0]
     until_nothing_left(cluster, names, time.monotonic())
 
 

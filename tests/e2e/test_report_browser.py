@@ -398,3 +398,44 @@ def test_interrupted_report_names_not_run_nodes_once_and_the_resume_command_on_t
     shot = page.screenshot(tmp_path / "interrupted-first-screen.png")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
     print(f"\nscreenshot of the interrupted report's first screen: {shot}")
+
+
+def test_a_waived_finding_reads_waived_with_owner_and_expiry(browser, tmp_path):
+    """Issue 33 item 8: a waived FAIL is WAIVED in the matrix (not the grey SKIP of "not applicable"), its cell leads
+    to the waived findings, which say what it was, who accepted it, why and until when; so does the cluster table
+    for a cluster finding waived with its node findings."""
+    waivers = tmp_path / "waivers.yaml"
+    waivers.write_text("waivers:\n"
+                       "  - check: memory.remapped_rows\n    nodes: gpu006\n    gpus: [2]\n    until: 2099-12-31\n"
+                       "    owner: jdoe@example.com\n    reason: RMA 4711 open\n"
+                       "  - check: driver.consistency\n    nodes: gpu013\n    until: 2099-06-30\n"
+                       "    owner: ops@example.com\n    reason: driver canary\n")
+    out = tmp_path / "reports"
+    result = CliRunner().invoke(cli, ["validate", "-i", str(ROOT / "inventories" / "demo.yaml"), "--out", str(out),
+                                      "--waivers", str(waivers), "-q", "--no-history"])
+    assert result.exit_code == 1, result.output
+    page = browser.open(next((out / "demo").iterdir()) / "report.html")
+    cell = page.eval("""(() => {
+        const heads = [...document.querySelectorAll('#matrix-table thead th')].map(th => th.innerText.trim());
+        const column = heads.indexOf('memory.remapped_rows');
+        const row = [...document.querySelectorAll('#matrix-table tbody tr')]
+            .find(tr => tr.cells[0].innerText.trim() === 'gpu006');
+        const td = row.cells[column];
+        return {text: td.innerText.trim(), cls: td.className, background: getComputedStyle(td).backgroundColor};
+    })()""")
+    assert cell == {"text": "WAIVED", "cls": "c WAIVED", "background": "rgb(221, 244, 255)"}, cell
+    page.click("#matrix-table td.WAIVED a")
+    assert page.eval("location.hash") == "#waived"
+    rows = page.visible("#waived-table tr.waived")
+    assert rows[0].split("\t")[:9] == ["gpu006", "memory.remapped_rows", "2", "WAIVED", "FAIL", "jdoe@example.com",
+                                       "2099-12-31", "RMA 4711 open", f"{waivers}:2"], rows
+    assert any(row.startswith("(cluster)\tdriver.consistency\t\tWAIVED\tFAIL\tops@example.com\t2099-06-30") for row in
+               rows), rows
+    cluster = [row for row in page.visible("#cluster-table tr") if row.startswith("driver.consistency")]
+    assert cluster and cluster[0].split("\t")[1] == "WAIVED\nFAIL until 2099-06-30", cluster
+    assert "owner ops@example.com: driver canary" in cluster[0]
+    assert page.eval("document.getElementById('verdict').innerText") == "NOT READY"  # the other faults still count
+    page.eval("document.getElementById('waived').scrollIntoView()")
+    shot = page.screenshot(tmp_path / "waived.png")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    print(f"\nscreenshot of the waived findings: {shot}")

@@ -108,10 +108,12 @@ def test_quick_runs_no_heavy_collector_and_one_round_trip(tmp_path, monkeypatch)
     assert {"nvidia_smi_nvlink", "nvidia_smi_topo", "fabricmanager", "lsmod"} <= set(calls[0])
     calls.clear()
     run(tmp_path / "std", {"a": []}, level="standard")
-    assert [b for b in calls[1:]] == [["dcgm_diag_r2"], ["nccl_all_reduce"], ["nvbandwidth"]]
+    # the heavy tests one by one, then DCGM's health watches read again once they have had the tests' samples
+    assert [b for b in calls[1:]] == [["dcgm_diag_r2"], ["dcgm_diag_gemm"], ["nccl_all_reduce"], ["nvbandwidth"],
+                                      ["dcgm_health_after"]]
     calls.clear()
     run(tmp_path / "full", {"a": []}, level="full")
-    assert [b for b in calls[1:]] == [["nccl_all_reduce"], ["nvbandwidth"], ["dcgm_diag_r3"]]
+    assert [b for b in calls[1:]] == [["nccl_all_reduce"], ["nvbandwidth"], ["dcgm_diag_r3"], ["dcgm_health_after"]]
     assert "ibstat" in calls[0]
 
 

@@ -29,12 +29,8 @@ def run(tmp_path: Path, hosts: dict, level: str = "quick"):
     return run_validate(inventory, CATALOG, EngineOptions(checks=LEVELS[level]), tmp_path / "reports", level=level)
 
 
-def health(outcome, name):
-    node = next(n for n in outcome.run.nodes if n.name == name)
-    return node, [f for f in node.findings if f.check == "dcgm.health"]
-
-
-def test_failure_warning_and_healthy_nodes_at_quick(tmp_path, monkeypatch):
+def spy_batches(monkeypatch) -> list[list[str]]:
+    """The collector names of every batch the simulated nodes are sent, in order."""
     batches: list[list[str]] = []
     original = SimTransport.run_batch
 
@@ -43,6 +39,16 @@ def test_failure_warning_and_healthy_nodes_at_quick(tmp_path, monkeypatch):
         return original(self, commands, deadline_s)
 
     monkeypatch.setattr(SimTransport, "run_batch", spy)
+    return batches
+
+
+def health(outcome, name):
+    node = next(n for n in outcome.run.nodes if n.name == name)
+    return node, [f for f in node.findings if f.check == "dcgm.health"]
+
+
+def test_failure_warning_and_healthy_nodes_at_quick(tmp_path, monkeypatch):
+    batches = spy_batches(monkeypatch)
     outcome = run(tmp_path, {"good": [], "warm": ["dcgm_health_warn"], "bad": ["dcgm_health_fail:nvlink"]})
     assert outcome.run.verdict is ClusterVerdict.NOT_READY
     node, found = health(outcome, "bad")
@@ -68,3 +74,27 @@ def test_dcgm_missing_is_error_and_the_run_incomplete(tmp_path):
     assert [f.verdict for f in found] == [Verdict.ERROR] and found[0].reason is ErrorReason.TOOL_MISSING
     _, found = health(outcome, "a")
     assert [f.verdict for f in found] == [Verdict.PASS]
+
+
+def test_watches_read_again_after_the_heavy_tests_show_what_the_first_read_could_not(tmp_path, monkeypatch):
+    """The watches need about a minute of samples: an incident that shows only later (dcgm_health_late) is missed by
+    the read right after they are set, and named by the read after the heavy tests; quick runs no heavy test and
+    no second read."""
+    batches = spy_batches(monkeypatch)
+    (tmp_path / "q").mkdir()
+    (tmp_path / "s").mkdir()
+    quick = run(tmp_path / "q", {"late": ["dcgm_health_late:pcie"]})
+    assert [f.verdict for f in health(quick, "late")[1]] == [Verdict.PASS]
+    assert not any("dcgm_health_after" in b for b in batches)
+    batches.clear()
+    standard = run(tmp_path / "s", {"late": ["dcgm_health_late:pcie"], "good": []}, level="standard")
+    node, found = health(standard, "late")
+    assert [(f.verdict, f.gpu) for f in found] == [(Verdict.FAIL, 2)], found
+    assert found[0].summary.startswith("after the heavy tests: GPU2: PCIe system Failure")
+    assert found[0].remediation is Remediation.ISOLATE and node.verdict is Verdict.FAIL
+    good = health(standard, "good")[1]
+    assert [f.verdict for f in good] == [Verdict.PASS] and "read again after the heavy tests: Healthy" in \
+        good[0].summary
+    # the second read is the node's last round trip: after the heavy tests
+    late_batches = [b for b in batches if "dcgm_health_after" in b]
+    assert late_batches == [["dcgm_health_after"], ["dcgm_health_after"]]

@@ -248,13 +248,16 @@ def test_driver_upgrade_needs_a_reboot_only_with_allow_reboot(tmp_path):
     inv = inventory(tmp_path, {"gpu01": ["driver_mismatch"]})  # 535.161.08 installed and loaded
     refused = run_install(inv, CATALOG, PhaseOptions(), tmp_path / "r", INSTALL)
     findings = {f.check: f for f in refused.run.nodes[0].findings}
-    assert findings["install.driver"].verdict is Verdict.PASS and "pending reboot" in findings["install.driver"].summary
-    # Installed up to the reboot nvdeploy may not do: ERROR reboot_required (not a FAIL), saying what to do.
+    # The plan needs the reboot nvdeploy may not do: refused before any change (the new driver is not left
+    # installed and unloaded), ERROR reboot_required (not a FAIL), saying what to do.
     reboot = findings["install.reboot"]
     assert reboot.verdict is Verdict.ERROR and reboot.reason is ErrorReason.REBOOT_REQUIRED
-    assert "--allow-reboot" in reboot.summary and reboot.remediation.value == "REBOOT"
+    assert "refused before any change" in reboot.summary and "--allow-reboot" in reboot.summary
+    assert reboot.remediation.value == "REBOOT"
+    assert refused.phases[0].steps["gpu01"][3].status is StepStatus.NOT_RUN  # driver: not installed
+    assert mutating_calls("lab", "gpu01") == [] and state.snapshot_memory("lab") == {}
     assert refused.exit_code == 3
-    assert state.memory_state("lab", "gpu01").boots == 1
+    assert state.memory_state("lab", "gpu01") is None  # never changed: the scenario's own state
     rebooted = run_install(inv, CATALOG, PhaseOptions(allow_reboot=True), tmp_path / "r2", INSTALL)
     steps = {s.step: s for s in rebooted.phases[0].steps["gpu01"]}
     assert steps["reboot"].status is StepStatus.CHANGED, steps["reboot"]
@@ -336,3 +339,50 @@ def test_global_deadline_stops_a_slow_step_and_nothing_after_it_runs(tmp_path):
     driver = next(f for f in outcome.run.nodes[0].findings if f.check == "install.driver")
     assert driver.verdict is Verdict.ERROR  # could not finish: not a proven failure, never a PASS
     assert outcome.exit_code == 3
+
+
+def test_optimize_reports_only_what_it_changed_and_lists_only_what_moved(tmp_path):
+    """A node that gets a state of its own (its governor tuned) keeps the toolkit it had: no cuda.compat
+    PASS -> WARN that optimize did not cause; the terminal lists the findings that moved, and counts the rest."""
+    inv = inventory(tmp_path, {"gpu01": ["driver_mismatch"], "gpu02": ["persistence_off"]})
+    result = CliRunner().invoke(cli, ["optimize", "-i", str(inv.path), "--out", str(tmp_path / "o")])
+    assert result.exit_code in (0, 1), result.output
+    entry = next(p for p in json.loads(next((tmp_path / "o").rglob("results.json")).read_text())["phases"]
+                 if p["phase"] == "optimize")
+    moved = [(r["node"], r["check"]) for r in entry["comparison"]["rows"] if r["changed"]]
+    assert moved == [("gpu02", "gpu.persistence")], moved
+    listed = [line for line in result.output.splitlines() if line.startswith("    gpu0")]
+    assert listed == ["    gpu02 gpu.persistence: FAIL Disabled -> PASS Enabled"], listed
+    assert "measured figure(s) unchanged" in result.output
+
+
+def test_run_prints_each_phase_under_its_own_heading_in_one_stream(tmp_path):
+    inv = inventory(tmp_path, {"gpu01": []})
+    result = CliRunner().invoke(cli, ["run", "-i", str(inv.path), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output + result.stderr
+    out = result.stdout.splitlines()
+    heads = [i for i, line in enumerate(out) if line.startswith("== ")]
+    assert [out[i] for i in heads] == ["== install", "== validate", "== optimize", "== validate-after"]
+    install_summary = next(i for i, line in enumerate(out) if line.startswith("install: "))
+    optimize_summary = next(i for i, line in enumerate(out) if line.startswith("optimize: "))
+    # each phase's lines come right after its heading and before the next one
+    assert heads[0] < install_summary < heads[1] < heads[2] < optimize_summary < heads[3]
+    assert out.count("-- install") == 1 and out.count("-- optimize") == 1
+    assert "== " not in result.stderr
+
+
+def test_install_and_optimize_leave_a_trail_in_the_history_and_a_dry_run_none(tmp_path):
+    from nvdeploy.runner.history_db import default_db_path, list_runs, node_record
+
+    inv = inventory(tmp_path, {"gpu01": ["driver_mismatch"]})
+    state_dir = tmp_path / "state"
+    for args in (["install", "--dry-run"], ["install", "--allow-reboot"], ["optimize"]):
+        result = CliRunner().invoke(cli, [*args, "-i", str(inv.path), "--out", str(state_dir), "-q"])
+        assert result.exit_code in (0, 1, 3), result.output  # the plan: 3, it needs a reboot it may not do
+    runs = list_runs(default_db_path(state_dir))
+    assert [r["phase"] for r in runs] == ["install", "optimize"]  # the plan changed nothing: not recorded
+    assert all(r["user"] for r in runs)
+    driver = node_record(default_db_path(state_dir), "gpu01", "install.driver")
+    assert "535.161.08" in driver[0]["findings"][0]["summary"] and "550.90.07" in driver[0]["findings"][0]["summary"]
+    listed = CliRunner().invoke(cli, ["history", "--state-dir", str(state_dir)])
+    assert listed.exit_code == 0 and " install " in listed.output and " optimize " in listed.output, listed.output

@@ -1,5 +1,5 @@
 """fleet.performance on the figures of a burn-in and of GPUDirect RDMA, over 10 simulated nodes whose healthy
-figures spread by +-1% (fleet_spread): one GPU clocking at 90% under the burn-in's load (slower_gpu:3:90), one GPU
+figures spread by +-1% (fleet_spread): one GPU clocking at 92% under the burn-in's load (slow_clock:3:92), one GPU
 8 C hotter than the same GPU of the others (hot_gpu:5:8), and one node at 94% of its peers on every figure
 (slower:94), whose GPUDirect pair is re-tested so that its partner is not named. Exactly those are named."""
 
@@ -18,7 +18,7 @@ from nvdeploy.runner.engine import EngineOptions
 
 CATALOG = ProfileCatalog()
 CHECKS = (*load_levels()["quick"], "burnin.stability", "burnin.load", "rdma.gpudirect", "fleet.performance")
-FAULTS = {"gpu03": ["slower_gpu:3:90"], "gpu06": ["hot_gpu:5:8"], "gpu08": ["slower:94"]}
+FAULTS = {"gpu03": ["slow_clock:3:92"], "gpu06": ["hot_gpu:5:8"], "gpu08": ["slower:94"]}
 
 
 @pytest.fixture(scope="module")

@@ -29,8 +29,8 @@ def test_a_node_that_fell_since_the_accepted_run_is_warned_and_its_trend_shown(t
     assert not [f for f in data["cluster_findings"] if f["check"] == "fleet.drift"], first.output  # no baseline
     result, data, _ = _validate(tmp_path, "gpu04", "--baseline", str(accepted))
     drift = {f["observed"]["figure"]: f for f in data["cluster_findings"] if f["check"] == "fleet.drift"}
-    # slower:94 slows every figure the standard level measures: the busbw, and each GPU's host copies.
-    assert set(drift) == {"nccl_busbw", "nvbandwidth_h2d_gbps", "nvbandwidth_d2h_gbps"}, result.output
+    # slower:94 slows every figure the standard level measures: the busbw, each GPU's GEMM and its host copies.
+    assert set(drift) == {"nccl_busbw", "dcgm_gflops", "nvbandwidth_h2d_gbps", "nvbandwidth_d2h_gbps"}, result.output
     cluster = drift["nccl_busbw"]
     assert cluster["verdict"] == "WARN" and cluster["observed"]["compared"] == 10, result.output
     assert [(d["node"], d["pct_fall"]) for d in cluster["observed"]["fallen"]] == [("gpu04", 6.0)]

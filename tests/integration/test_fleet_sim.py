@@ -137,7 +137,10 @@ def test_results_json_keeps_the_figures_and_the_header_the_rule(outcome):
     gpu19 = next(n for n in data["nodes"] if n["name"] == SLOW_GPU_NODE)
     assert len(gpu19["facts"]["dcgm_diag_gflops"]) == 8
     header = json.loads((outcome.run_dir / "results.jsonl").read_text().splitlines()[0])
-    assert header["fleet"] == {"h100-sxm-8x@2026.11.1": {}}
+    # The profile's own fleet section (each figure's thresholds with its source, checks/profiles/h100-sxm-8x.yaml).
+    section = header["fleet"]["h100-sxm-8x@2026.11.1"]
+    assert (section["warn_z"], section["fail_z"], section["fail_min_pct"]) == (2, 3, 2)
+    assert section["figures"]["dcgm_gflops"] == {"warn_pct": 3.5, "fail_pct": 7}
 
 
 def test_a_report_rebuilt_from_the_journal_judges_alike(outcome, tmp_path):
@@ -158,7 +161,8 @@ def test_a_small_fleet_says_it_is_too_small(tmp_path):
     outcome = run(tmp_path, 3, {"gpu02": ["slower:80"]}, checks=LEVELS["standard"], level="standard")
     fleet = [f for f in outcome.run.cluster_findings if f.check == "fleet.performance"]
     assert [(f.observed["figure"], f.verdict) for f in fleet] == [
-        ("nccl_busbw", Verdict.SKIP), ("nvbandwidth_h2d_gbps", Verdict.SKIP), ("nvbandwidth_d2h_gbps", Verdict.SKIP)]
+        ("nccl_busbw", Verdict.SKIP), ("dcgm_gflops", Verdict.SKIP), ("nvbandwidth_h2d_gbps", Verdict.SKIP),
+        ("nvbandwidth_d2h_gbps", Verdict.SKIP)]
     assert "measured on 3 nodes, fewer than the 8 needed" in fleet[0].summary
     assert not any(fleet_findings(outcome).values())
 

@@ -40,7 +40,8 @@ def test_each_new_fault_on_its_node_only(tmp_path):
             and f.verdict is not Verdict.SKIP] == [("memory.ecc_errors", ECC_UNKNOWN_GPU)]
     assert nodes["lost"].verdict is Verdict.FAIL
     assert all(f.remediation is Remediation.ISOLATE for f in nodes["lost"].findings if f.verdict is Verdict.FAIL)
-    assert {f.gpu for f in nodes["lost"].findings if f.verdict is Verdict.FAIL} == {LOST_GPU, None}  # None: Xid 79
+    # The Xid 79 too: its PCI address is the lost GPU's (the driver still lists it, as GPU_IS_LOST).
+    assert {f.gpu for f in nodes["lost"].findings if f.verdict is Verdict.FAIL} == {LOST_GPU}
     assert nodes["fatal"].verdict is Verdict.FAIL
     assert [(f.check, f.verdict) for f in nodes["fatal"].findings if f.verdict is not Verdict.PASS
             and f.verdict is not Verdict.SKIP] == [("kmsg.sxid", Verdict.FAIL)]

@@ -121,6 +121,16 @@ def test_dra_managed_trays_skip_never_fail(tmp_path, catalog):
         assert "Kubernetes" in next(f for f in outcome.run.cluster_findings if f.check == "imex.domain").summary
 
 
+def test_dra_trays_with_the_host_daemon_running_fail_and_are_no_host_domain(tmp_path, catalog):
+    # The DRA driver's plugin on both trays and the host nvidia-imex still enabled and active: FAIL on each tray
+    # (it took PASS before), and no host IMEX domain is asked for them.
+    racks = {"rack1": {"r1t1": ["imex_dra_host_active"], "r1t2": ["imex_dra_unmasked"]}}
+    outcome = run_validate(inventory(tmp_path, catalog, racks), catalog, EngineOptions(checks=QUICK), tmp_path / "r")
+    found = imex_findings(outcome)
+    assert found["r1t1"] == [("imex.daemon", Verdict.FAIL)] and found["r1t2"] == [("imex.daemon", Verdict.WARN)]
+    assert found["_cluster"] == [("imex.domain", Verdict.SKIP)]
+
+
 def test_install_writes_one_node_list_per_domain_and_a_second_run_changes_nothing(tmp_path, catalog):
     racks = {"rack1": {"r1t1": ["bare"], "r1t2": ["bare"]}, "rack2": {"r2t1": ["bare"], "r2t2": ["bare"]}}
     inv = inventory(tmp_path, catalog, racks, driver=REPO_570)
@@ -142,6 +152,22 @@ def test_install_writes_one_node_list_per_domain_and_a_second_run_changes_nothin
     assert found["_cluster"] == [("imex.domain", Verdict.PASS)] * 2
     digest = hashlib.sha256(b"r1t1\nr1t2\n").hexdigest()
     assert next(n for n in outcome.run.nodes if n.name == "r1t1").facts["imex_config_sha256"] == digest
+
+
+def test_an_r580_install_takes_the_nvidia_imex_package_and_its_probe_sees_it(tmp_path, catalog):
+    # From R580 NVIDIA ships IMEX as nvidia-imex (nvidia-imex-580 only a name it provides: apt installs no version
+    # of it, dpkg never lists it), so installing and probing by the branch name failed or never settled.
+    racks = {"rack1": {"r1t1": ["bare"], "r1t2": ["bare"]}}
+    inv = inventory(tmp_path, catalog, racks, driver=state.DRIVERS["580"])
+    first = run_install(inv, catalog, PhaseOptions(), tmp_path / "i1", INSTALL)
+    assert first.exit_code == 0, [s for p in first.run.phases for n in p["nodes"] for s in n["steps"]
+                                  if s["status"] not in ("ok", "changed", "skipped")]
+    packages = state.memory_state("nvl", "r1t1").packages
+    assert packages["nvidia-imex"].startswith(state.DRIVERS["580"]) and "nvidia-imex-580" not in packages
+    second = run_install(inv, catalog, PhaseOptions(), tmp_path / "i2", INSTALL)
+    assert second.phases[0].counts()["changed"] == 0
+    assert imex_findings(run_validate(inv, catalog, EngineOptions(checks=QUICK), tmp_path / "v"))["r1t1"] == [
+        ("imex.daemon", Verdict.PASS)]
 
 
 def test_install_with_limit_still_lists_the_whole_domain(tmp_path, catalog):

@@ -104,7 +104,7 @@ def test_drain_waits_for_the_second_fail_and_keeps_the_counts_beside_the_lock(no
     assert "slurm" not in first.stdout
     state = tmp_path / "lock" / "node-check.state.json"
     assert oct(state.stat().st_mode & 0o777) == "0o600"
-    assert '"nvlink.links": {"count": 1, "verdict": "FAIL"}' in state.read_text()
+    assert '"nvlink.links#GPU3": {"count": 1, "verdict": "FAIL"}' in state.read_text()  # per check and GPU
     second = node("nvlink_down", args=("--drain", "--slurm-timeout", "2"))
     assert second.returncode == 1 and "not drained yet" not in second.stdout and "; slurm: " in second.stdout
 

@@ -49,7 +49,7 @@ def test_two_racks_with_one_fault_per_tray_give_exactly_the_expected_tray_findin
     first = next(f for f in nodes["tray01"].findings if f.check == "nvlink.fabric")
     assert first.reason is ErrorReason.INCOMPLETE and "In Progress (3 h 0 min after boot)" in first.summary
     reset = next(f for f in nodes["tray20"].findings if f.check == "gpu.recovery_action")
-    assert reset.remediation is Remediation.RESET_GPU and "'GPU Reset'" in reset.summary
+    assert reset.remediation is Remediation.RESET_GPU and "'Reset'" in reset.summary
     split = next(f for f in nodes["tray21"].findings if f.check == "nvlink.domain")
     assert "clique 32765" in split.summary and "rack rack2's other trays" in split.summary
     # Every other check of the catalog passes on the healthy trays (the tray profile fits the simulated GB200).

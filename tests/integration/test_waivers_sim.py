@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from nvdeploy.cli.app import cli
@@ -76,3 +77,43 @@ def test_a_resumed_run_keeps_the_waivers_it_started_with(tmp_path):
     assert resumed.exit_code == 2 and "a resumed run keeps the waivers it started with" in resumed.output
     header = json.loads((run_dir / "results.jsonl").read_text().splitlines()[0])
     assert [w["check"] for w in header["waivers"]] == ["memory.remapped_rows"]
+
+
+def test_a_gpu_waiver_of_kmsg_xid_waives_that_gpu_s_xid_and_nothing_else(tmp_path):
+    """Xid 13 on GPU 1 and Xid 63 on GPU 2 of one node: ``gpus: [1]`` waives the first, the second still counts."""
+    (tmp_path / "cluster.yaml").write_text("all:\n  vars: {connection: sim, profile: h100-sxm-8x, cluster: waived}\n"
+                                           "  hosts:\n    gpu014: {sim_faults: [xid13, row_remap_pending]}\n")
+    (tmp_path / "waivers.yaml").write_text("waivers:\n  - check: kmsg.xid\n    nodes: gpu014\n    gpus: [1]\n"
+                                           "    until: 2099-12-31\n    owner: ops\n    reason: user job\n")
+    result = CliRunner().invoke(cli, ["validate", "-i", str(tmp_path / "cluster.yaml"), "--out", str(tmp_path / "r"),
+                                      "--waivers", str(tmp_path / "waivers.yaml"), "--no-history"],
+                                catch_exceptions=False)
+    data = json.loads(next((tmp_path / "r" / "waived").glob("*/results.json")).read_text())
+    xids = [(f["code"], f["gpu"], f["verdict"], (f.get("waiver") or {}).get("owner"))
+            for f in data["nodes"][0]["findings"] if f["check"] == "kmsg.xid"]
+    assert xids == [(13, 1, "SKIP", "ops"), (63, 2, "WARN", None)]
+    lines = result.output.splitlines()  # gpu014 FAILs its remapped rows; its Xids follow, each on its own line
+    assert any(line.startswith("      WARN kmsg.xid: Xid 63 x1 on 0000:3a:00 (GPU2)") for line in lines), lines
+    assert any(line.startswith("      SKIP kmsg.xid: WAIVED WARN until 2099-12-31 (owner ops: user job; ") for line in
+               lines), lines
+
+
+@pytest.mark.parametrize("profile", ["h100-sxm-8x", "gb200-nvl72"])
+def test_every_check_that_names_a_gpu_may_be_waived_by_gpu(tmp_path, profile):
+    """Every simulated fault at the full level: a finding that names a GPU is of a check in GPU_CHECKS, or a waiver
+    narrowed to that GPU would be refused (the list in nvdeploy/checks/gpu_findings.py is kept complete here)."""
+    from nvdeploy.checks.gpu_findings import GPU_CHECKS
+    from nvdeploy.sim import scenario
+
+    faults = sorted(f for f in scenario.KNOWN_FAULTS | set(scenario.EXTRA_FAULTS)
+                    if "hang" not in f and f not in scenario.EXTRA_FAULT_PATTERNS) + ["xid79", "dcgm_fail:memory"]
+    (tmp_path / "all.yaml").write_text(
+        f"all:\n  vars: {{connection: sim, profile: {profile}, cluster: faults, rack: r1}}\n  hosts:\n"
+        + "".join(f"    n{i:02d}: {{sim_faults: ['{fault}']}}\n" for i, fault in enumerate(faults)))
+    CliRunner().invoke(cli, ["validate", "-i", str(tmp_path / "all.yaml"), "--out", str(tmp_path / "r"), "-q",
+                             "--no-history", "--level", "full"], catch_exceptions=False)
+    data = json.loads(next((tmp_path / "r" / "faults").glob("*/results.json")).read_text())
+    named = {f["check"] for n in data["nodes"] for f in n["findings"] if f["gpu"] is not None}
+    named |= {f["check"] for f in data["cluster_findings"] if f["gpu"] is not None}
+    assert "memory.remapped_rows" in named and "kmsg.xid" in named
+    assert named <= GPU_CHECKS, sorted(named - GPU_CHECKS)

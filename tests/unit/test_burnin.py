@@ -11,8 +11,10 @@ The sampler rows below use the field formats of the real 590.48.01 capture
 from __future__ import annotations
 
 import datetime
+import re
 import shlex
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -109,13 +111,17 @@ def test_planned_specs_carry_the_runs_duration_and_the_hosts_nccl_line():
     assert {s.name for s in specs_for([SAMPLER, LOAD, KMSG_AFTER], host_vars, heavy=True, profile=profile)} == \
         {KMSG_AFTER}
     specs = {s.name: s for s in burnin_specs(host_vars, profile, 1800, 2)}
-    assert specs[SAMPLER].argv[3:] == ("nvdeploy-burnin-sampler", "1800", "2000")
-    assert specs[SAMPLER].timeout_s == 1860
+    # Then on until the load's done file appears (its last iteration may run past the duration), at most to the
+    # load's own limit (issue 34 item 5).
+    assert specs[SAMPLER].argv[3:7] == ("nvdeploy-burnin-sampler", "1800", "2000", str(3600 + 600 + 20 - 1))
+    done_file = specs[SAMPLER].argv[7]
+    assert done_file.startswith("/tmp/nvdeploy-burnin-") and done_file.endswith(".done")
+    assert specs[SAMPLER].timeout_s == specs[LOAD].timeout_s - 1
     load = specs[LOAD].argv
     # Level 3 (the first with a GEMM test); "-": no waiver names DCGM error codes for this node.
     # Level 3's diag limit (its collector's, 3600 s) for each iteration.
-    assert load[3:9] == ("nvdeploy-burnin-load", "1800", "3", "3600", "600", "-")
-    assert any(a.endswith("all_reduce_perf") and a.startswith("/opt/nccl tests/build") for a in load[9:])
+    assert load[3:10] == ("nvdeploy-burnin-load", "1800", "3", "3600", "600", "-", done_file)
+    assert any(a.endswith("all_reduce_perf") and a.startswith("/opt/nccl tests/build") for a in load[10:])
     # The duration, one more iteration of both tests, their kill grace and slack.
     assert specs[LOAD].timeout_s == 1800 + 3600 + 600 + 20 + 60
     assert load_argv(60, {"burnin_dcgm_level": 2}, profile)[6] == "1200"
@@ -225,9 +231,18 @@ def test_thermal_or_power_throttle_under_load_fails(bit):
 
 
 def test_sw_power_cap_warns_unless_the_profile_fails_it():
+    # Issue 34 item 4: under DCGM's GEMM and Targeted Power every GPU holds its power limit; the cap alone at its
+    # peers' clock is the load's, not a finding. With the clock 5% below its peers' under it: WARN.
     text = series(reasons=lambda g, t: 0x4 if g == 0 else 0)
     stability, _ = judge(text)
+    assert stability[0].verdict is Verdict.PASS and "at its peers' clock" in stability[0].summary
+    everyone = series(reasons=lambda g, t: 0x4 if 100 < t < 400 else 0, clock=lambda g, t: 1650 if 100 < t < 400
+                      else 1980)
+    assert [f.verdict for f in judge(everyone)[0]] == [Verdict.PASS] * 8
+    text = series(reasons=lambda g, t: 0x4 if g == 0 else 0, clock=lambda g, t: 1880 if g == 0 else 1980)
+    stability, _ = judge(text)
     assert stability[0].verdict is Verdict.WARN and stability[0].remediation is Remediation.MONITOR
+    assert "5.1% below its peers' there" in stability[0].summary
     strict = profile_with("h100-sxm-8x", burnin={"fail": ["sw_power_cap", "hw_slowdown"]})
     stability, _ = judge(text, profile=strict)
     assert stability[0].verdict is Verdict.FAIL
@@ -342,7 +357,7 @@ def test_load_script_passes_waived_error_codes_as_one_word(tmp_path):
         argv[argv.index(next(a for a in argv if a.endswith("all_reduce_perf")))] = str(tmp_path / "all_reduce_perf")
         done = subprocess.run(argv, capture_output=True, text=True, timeout=20, env=env)
         assert done.returncode == 0, done.stderr
-        assert done.stdout.split("@@iteration 1 dcgm\n", 1)[1].startswith(expected), done.stdout
+        assert re.split(r"@@iteration 1 dcgm [0-9/: ]+\n", done.stdout, maxsplit=1)[1].startswith(expected), done.stdout
 
 
 def test_a_failed_dcgm_iteration_fails_and_a_cut_off_load_is_error():
@@ -410,3 +425,36 @@ def test_profile_burnin_section_is_schema_checked():
                      ({"figure_drop_pct": 0}, "burnin.figure_drop_pct")):
         with pytest.raises(ConfigError, match=key):
             check_sections({"burnin": bad}, "p.yaml")
+
+
+def test_a_load_that_fails_at_once_stops_and_its_gpus_were_never_loaded(tmp_path):
+    """Issue 34 item 6: with dcgmi and all_reduce_perf missing, the real script spun (32 iterations in 1.3 s) to the
+    end of the duration; now it stops after three iterations that each ended at once, and says so."""
+    profile = ProfileCatalog().get("h100-sxm-8x")
+    argv = list(load_argv(8, {}, profile))
+    start = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"})
+    assert time.monotonic() - start < 6
+    run = parse_load(done.stdout)
+    assert run.aborted == 3 and run.done == 3 and max(s.iteration for s in run.steps) == 3
+    idle = series(reasons=lambda g, t: 0x1, clock=lambda g, t: 345)
+    stability, load = judge(idle, done.stdout)
+    assert all(f.verdict is Verdict.ERROR and "never loaded" in f.summary for f in stability)
+    assert load[0].verdict is Verdict.ERROR and "failed at once in 3 iterations" in load[0].summary
+
+
+def test_a_phase_change_is_no_clock_fall_and_a_gpu_below_its_peers_fails():
+    """Issue 34 item 3: the first tenth of a burn-in runs DCGM's memory plugin at 1980 MHz, the last tenth its
+    power-capped GEMM at 1650 MHz: every GPU alike, no GPU got worse (it FAILed 'fell 16.7%')."""
+    phases = series(clock=lambda g, t: 1980 if t < 300 else 1650)
+    stability, _ = judge(phases)
+    assert [f.verdict for f in stability] == [Verdict.PASS] * 8, stability[0].summary
+    # One GPU 12% below the others at the same instants, from the start (no fall to see): FAIL by its peers.
+    slow = series(clock=lambda g, t: (1980 if t < 300 else 1650) * (0.88 if g == 4 else 1.0))
+    stability, _ = judge(slow)
+    assert stability[4].verdict is Verdict.FAIL and "12.0% below its peers'" in stability[4].summary
+    assert all(f.verdict is Verdict.PASS for i, f in enumerate(stability) if i != 4)
+    # One GPU that slows against its peers as the run goes on: the fall, phase-free.
+    falling = series(clock=lambda g, t: (1980 if t < 300 else 1650) * (1 - (t / 600 * 0.12 if g == 2 else 0)))
+    stability, _ = judge(falling)
+    assert stability[2].verdict is Verdict.FAIL and "SM clock fell" in stability[2].summary

@@ -1,6 +1,7 @@
 """IMEX: the parsers on real nvidia-imex-ctl output, imex.daemon per tray (service, READY, channel0), and the domain
 judgement of imex.domain (one tray's -N -j view plus every tray's nodes_config.cfg hash). A node that is not an
-NVLink domain tray gets no IMEX finding; where Kubernetes runs IMEX (DRA) both checks SKIP, never FAIL."""
+NVLink domain tray gets no IMEX finding; where Kubernetes runs IMEX (DRA) the host service must be off and masked
+(FAIL running, WARN not masked, else SKIP), unless the DRA driver's host-managed mode is declared (imex: host)."""
 
 from __future__ import annotations
 
@@ -114,20 +115,47 @@ def test_a_hung_query_or_missing_tool_is_error_never_pass():
     found = run_check(DAEMON, context(results, chosen, node="tray01"))
     assert verdicts(found) == [Verdict.ERROR] and found[0].reason is ErrorReason.TIMEOUT
     missing = _with_query("", rc=127, stderr="sh: 1: nvidia-imex-ctl: not found\n")
-    assert missing[0].reason is ErrorReason.TOOL_MISSING and "nvidia-imex-<branch>" in missing[0].summary
+    assert missing[0].reason is ErrorReason.TOOL_MISSING and "nvidia-imex from R580" in missing[0].summary
 
 
-def test_dra_declared_node_skips_and_runs_no_imex_command():
-    findings = tray_check(host_vars={"imex": "dra"})
+def test_dra_declared_node_asks_the_host_unit_never_the_daemon():
+    # Under the DRA driver the host unit must be off and masked, so it is asked; the daemon (nvidia-imex-ctl) is not.
+    findings = tray_check("imex_dra", host_vars={"imex": "dra"})
     assert verdicts(findings) == [Verdict.SKIP] and "Kubernetes" in findings[0].summary
+    assert "inactive and masked" in findings[0].summary
     specs = specs_for(CHECKS[DAEMON].collectors, {"imex": "dra"}, heavy=False, profile=tray_profile())
-    assert {s.argv for s in specs} == {("true",)}
+    argvs = {s.argv[:2] for s in specs}
+    assert ("systemctl", "is-active") in argvs and ("systemctl", "is-enabled") in argvs
+    assert not any(s.argv[0] == "nvidia-imex-ctl" for s in specs)
 
 
 def test_dra_driver_found_on_the_node_skips_instead_of_failing():
-    # The DRA driver's kubelet plugin is there and the host service is off: Kubernetes runs IMEX.
+    # The DRA driver's kubelet plugin is there and the host service is off and masked: Kubernetes runs IMEX.
     findings = tray_check("imex_dra")
     assert verdicts(findings) == [Verdict.SKIP] and "compute-domain kubelet plugin" in findings[0].summary
+
+
+@pytest.mark.parametrize("host_vars", [{}, {"imex": "dra"}])
+def test_a_running_host_daemon_under_the_dra_driver_fails(host_vars):
+    # k8s-dra-driver-gpu docs/prerequisites.md: the host nvidia-imex.service must be disabled and masked; running,
+    # it takes the IMEX session the ComputeDomain daemons need (this tray got PASS before).
+    findings = tray_check("imex_dra_host_active", host_vars=host_vars)
+    assert verdicts(findings) == [Verdict.FAIL] and findings[0].remediation is Remediation.TUNE
+    assert "systemctl mask nvidia-imex.service" in findings[0].summary and findings[0].observed == "active, enabled"
+    assert "imex: host" in findings[0].summary
+
+
+def test_an_unmasked_host_unit_under_the_dra_driver_warns():
+    findings = tray_check("imex_dra_unmasked")
+    assert verdicts(findings) == [Verdict.WARN] and "disabled, not masked" in findings[0].summary
+
+
+def test_the_dra_drivers_host_managed_mode_judges_the_host_daemon():
+    # resources.computeDomains.imex.mode=hostManaged (DRA driver 0.5.0): the host service is the domain's daemon.
+    findings = tray_check("imex_dra_host_active", host_vars={"imex": "host"})
+    assert verdicts(findings) == [Verdict.PASS] and "READY" in findings[0].summary
+    down = tray_check("imex_dra", host_vars={"imex": "host"})
+    assert verdicts(down) == [Verdict.FAIL] and down[0].observed == "inactive"
 
 
 def test_h100_node_gets_no_imex_finding_and_no_imex_command():

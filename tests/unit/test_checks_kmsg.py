@@ -178,3 +178,36 @@ def test_one_sxid_event_with_severity_and_data_lines_is_counted_once():
     findings = sxid(_real("dmesg-nvswitch-sxid22013-severity-data-continuation-lines.log"))
     assert len(findings) == 1
     assert findings[0].observed == "SXid 22013 x1 on nvidia-nvswitch3 (PCI 0000:08:00.0), link 60"
+
+
+# --------------------------------------------------------------------------------------- Xid -> GPU
+
+def _xid_line(pci: str, xid: int, text: str = "Graphics SM Warp Exception") -> str:
+    return f"[ 1234.5] NVRM: Xid (PCI:{pci}): {xid}, pid=3546406, name=python3, {text}\n"
+
+
+def test_each_xid_finding_names_the_gpu_at_its_pci_address():
+    # Xid 13 on GPU 1 (0000:2a:00), Xid 63 on GPU 2 (0000:3a:00): one finding each, by Xid, naming GPU and code.
+    findings = sim_check("kmsg.xid", "xid13", "row_remap_pending")
+    assert [(f.code, f.gpu, f.verdict, f.remediation) for f in findings] == [
+        (13, 1, Verdict.WARN, Remediation.MONITOR), (63, 2, Verdict.WARN, Remediation.RESET_GPU)]
+    assert "Xid 13 x1 on 0000:2a:00 (GPU1): " in findings[0].summary and findings[0].observed == "Xid 13 x1"
+
+
+def test_one_xid_on_two_gpus_is_a_finding_per_gpu_and_an_unlisted_address_names_none():
+    from _catalog_helpers import CATALOG, sim_results
+
+    from nvdeploy.sim.scenario import NodeScenario
+
+    results = sim_results(NodeScenario("node01", CATALOG.get("h100-sxm-8x"), ()), ["nvidia_smi_xml"])
+    results["kmsg"] = result("kmsg", "[    0.0] Linux version 6.8\n" + _xid_line("0000:3a:00", 79) * 2
+                             + _xid_line("0000:2a:00", 79) + _xid_line("0000:c1:00", 79))
+    findings = run_check("kmsg.xid", context(results))
+    assert [(f.gpu, f.observed) for f in findings] == [(1, "Xid 79 x1"), (2, "Xid 79 x2"), (None, "Xid 79 x1")]
+    assert all(f.code == 79 and f.verdict is Verdict.FAIL for f in findings)
+    assert "on 0000:c1:00: " in findings[2].summary  # no GPU nvidia-smi lists there: it names the address only
+
+
+def test_without_nvidia_smi_an_xid_names_no_gpu():
+    (finding,) = run_check("kmsg.xid", kmsg(_xid_line("0000:2a:00", 79)))
+    assert finding.gpu is None and finding.code == 79 and "on 0000:2a:00: " in finding.summary

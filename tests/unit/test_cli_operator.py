@@ -100,7 +100,9 @@ all:
 """)
     result = invoke("run", "-i", str(inventory), "--out", str(tmp_path))
     assert "FAILED" not in result.output
-    assert re.search(r"^  ERROR   reboot \(reboot_required\): reboot required", result.output, re.M), result.output
+    # refused before any change: the plan needs the reboot (the driver is not left installed and unloaded)
+    assert re.search(r"^  ERROR   reboot \(reboot_required\): refused before any change: the plan needs it: reboot "
+                     "required", result.output, re.M), result.output
     assert re.search(r"^install: .* 0 FAIL, 1 ERROR \(reboot_required\), ", result.output, re.M), result.output
     data = json.loads((next((tmp_path / "lab").iterdir()) / "results.json").read_text())
     reboot = next(f for f in data["nodes"][0]["findings"] if f["check"] == "install.reboot")

@@ -139,7 +139,7 @@ REFUSED = {
     "group_loop.yaml": (11, "a", "contains itself"),
     "priority_on_host.yaml": (5, "ansible_group_priority", "group variable"),
     "become_method.yaml": (7, "ansible_become_method", "did you mean `ansible_become`?"),
-    "string_bool.ini": (6, "sudo", "True in INI"),
+    "string_bool.ini": (6, "sudo", "must be true or false"),
     "float_version.ini": (2, "driver_version", "550.12"),
     "undefined_child.ini": (6, "rack9", "undefined group"),
     "vars_for_no_group.ini": (4, "rack9", "[rack9:vars]"),
@@ -225,3 +225,37 @@ def test_ssh_common_args_that_map(args, expected):
 def test_ssh_common_args_that_do_not_map_are_refused(args):
     with pytest.raises(ValueError):
         ansible.ssh_args(args)
+
+
+SPELLINGS = ["yes", "no", "Yes", "NO", "true", "false", "True", "False", "TRUE", "on", "off", "1", "0", "y", "n",
+             "t", "f"]
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_ini_booleans_are_read_as_ansible_reads_them(tmp_path, spelling):
+    """Ansible's own boolean() (the reference: ansible-core's convert_bool) decides what become=yes means."""
+    from ansible.module_utils.parsing.convert_bool import boolean
+
+    path = tmp_path / "hosts"
+    path.write_text(f"[gpus]\ngpu01 ansible_become={spelling} node_python={spelling}\n[gpus:vars]\n"
+                    f"profile=h100-sxm-8x\nmps={spelling}\n")
+    host = load_inventory(path, CATALOG).host("gpu01")
+    expected = boolean(_ini_literal(spelling))
+    assert host.get("sudo") is expected and host.get("node_python") is expected and host.get("mps") is expected
+
+
+def _ini_literal(text: str) -> Any:
+    """What Ansible's INI parser hands to boolean(): a Python literal where the text is one (1, True), else text."""
+    import ast
+
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def test_a_folder_given_as_an_ini_file_points_at_ansible_source(tmp_path):
+    (tmp_path / "group_vars").mkdir()
+    with pytest.raises(ConfigError) as info:
+        load_inventory(tmp_path, CATALOG)
+    assert "is a folder" in info.value.message and f"-i ansible:{tmp_path}" in info.value.message

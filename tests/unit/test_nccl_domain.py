@@ -11,9 +11,10 @@ from nvdeploy.checks.nccl import Assessment, NcclExpectation
 from nvdeploy.config.inventory import Host
 from nvdeploy.config.profiles import ProfileCatalog, load_profile_file
 from nvdeploy.config.yamlfile import ConfigError
-from nvdeploy.phases.domain import MNNVL_ON, NO_FLOOR, domain_expectation, group_domains, judge
+from nvdeploy.phases.domain import MNNVL_ON, NO_FLOOR, domain_expectation, group_domains, judge, no_floor_said
 from nvdeploy.phases.multinode import GroupRun, mpirun_argv
 from nvdeploy.results import Finding, NodeResult, Verdict
+from nvdeploy.runner.pairing import localise_by_peers
 
 CATALOG = ProfileCatalog()
 UUID = "05e71f39-1111-2222-3333-444455556666"
@@ -140,3 +141,47 @@ def test_multinode_stage_turns_mnnvl_off_only_on_nvlink_domain_trays(tmp_path):
         assert any("all_reduce_perf on n[1-2]" in s for s in summaries), (summaries, bad)
         assert all(("NCCL_MNNVL_ENABLE=0 NCCL_NVLS_ENABLE=0" in s) is on_trays for s in summaries
                    if "all_reduce_perf on" in s), (profile, summaries)
+
+
+def test_the_floor_holds_for_the_group_size_it_was_measured_on_only():
+    gb200 = CATALOG.get("gb200-nvl72")
+    assert gb200.nvlink_domain.floor_ranks == 72 and "72 ranks" in gb200.nvlink_domain.source
+    assert domain_expectation(gb200, 72).floor_gbps == 798.0
+    # A pair of trays (8 ranks) and a rack short of trays (60 ranks) have no sourced figure: no floor, SKIP.
+    assert domain_expectation(gb200, 8).floor_gbps is None and domain_expectation(gb200, 60).floor_gbps is None
+    verdict, summary = judge(run(Verdict.PASS, 752.8), domain_expectation(gb200, 8), no_floor_said(gb200, 8))
+    assert verdict is Verdict.SKIP and "for 8 ranks" in summary and "72-rank run" in summary
+
+
+def test_a_pair_of_domain_trays_keeps_nccls_own_algorithm():
+    hosts = [Host("t1", {}), Host("t2", {})]
+    assert "NCCL_ALGO=RING" in mpirun_argv(hosts, 4, hosts[0], 900, MNNVL_ON)  # the InfiniBand stage's pairs
+    assert not any(w.startswith("NCCL_ALGO") for w in mpirun_argv(hosts, 4, hosts[0], 900, MNNVL_ON,
+                                                                   force_ring=False))
+
+
+def _measure(slow: set, figures: list):
+    def measure(group):
+        figures.append(tuple(group))
+        return 450.0 if slow & set(group) else 750.0
+    return measure
+
+
+def test_peers_name_the_slow_node_and_clear_its_partner():
+    runs: list = []
+    found = localise_by_peers([f"t{i}" for i in range(1, 10)], _measure({"t4"}, runs))
+    assert found.named == ("t4",) and found.unresolved == () and found.median == 750.0
+    # Pairs t1-t2 ... t7-t8, the odd t9 with t1; then t3 and t4 each with a node of a good pair.
+    assert runs[:5] == [("t1", "t2"), ("t3", "t4"), ("t5", "t6"), ("t7", "t8"), ("t9", "t1")]
+    assert runs[5:] == [("t3", "t1"), ("t4", "t1")]
+
+
+def test_peers_without_enough_pairs_or_a_clearing_retest_name_no_one():
+    assert localise_by_peers(["t1", "t2"], _measure({"t1"}, [])).named == ()
+    assert localise_by_peers(["t1", "t2"], _measure({"t1"}, [])).unresolved == ("t1", "t2")
+
+    calls = iter([750.0, 450.0, 750.0, 750.0, 750.0])  # t3-t4 low, but both re-test fine: a transient, unresolved
+    found = localise_by_peers(["t1", "t2", "t3", "t4", "t5", "t6"], lambda group: next(calls))
+    assert found.named == () and found.unresolved == ("t3", "t4")
+    healthy = localise_by_peers(["t1", "t2", "t3", "t4"], _measure(set(), []))
+    assert healthy.named == () and healthy.unresolved == ()

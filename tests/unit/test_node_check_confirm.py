@@ -116,3 +116,16 @@ def test_state_file_is_atomic_and_never_follows_a_link(tmp_path: Path) -> None:
     assert json.loads(target.read_text()) == {"planted": True}  # nor written through
     assert not (tmp_path / "node-check.state.json").is_symlink()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".node-check.state.")] == []
+
+
+def test_a_fail_beside_an_error_of_another_gpu_still_drains() -> None:
+    """Issue 34 item 11: within one check ERROR outranks FAIL; the streaks are per check and GPU."""
+    both = [Finding("dcgm.diag_r2", Verdict.FAIL, "x", node="gpu7", gpu=3),
+            Finding("dcgm.diag_r2", Verdict.ERROR, "y", node="gpu7", gpu=7, reason=ErrorReason.NOT_RUN)]
+    first = _run(None, both)
+    assert not first.may_drain and first.pending == (("dcgm.diag_r2#GPU3", 1),)
+    second = _run(first.state, both)
+    assert second.may_drain and second.confirmed == ("dcgm.diag_r2#GPU3",)
+    # The GPU healthy again, its check judged: its count clears.
+    healed = _run(first.state, [Finding("dcgm.diag_r2", Verdict.PASS, "ok", node="gpu7")])
+    assert healed.state["streaks"] == {}

@@ -192,8 +192,11 @@ def test_recovery_action_none_passes_on_the_real_captures():
 
 
 @pytest.mark.parametrize("action, remediation", [
-    ("GPU Reset", Remediation.RESET_GPU), ("Node Reboot", Remediation.REBOOT), ("Drain P2P", Remediation.ISOLATE),
-    ("Drain and Reset", Remediation.RESET_GPU), ("Reset After Sunset", Remediation.INVESTIGATE)])
+    # NVIDIA's names (GPU memory error management guide, "Error Recovery and Response Flags"); only None is in a
+    # real capture. The names nvdeploy used before (GPU Reset, Node Reboot) are unknown actions now.
+    ("Reset", Remediation.RESET_GPU), ("Reboot", Remediation.REBOOT), ("Drain P2P", Remediation.ISOLATE),
+    ("Drain and Reset", Remediation.RESET_GPU), ("GPU Reset", Remediation.INVESTIGATE),
+    ("Reset After Sunset", Remediation.INVESTIGATE)])
 def test_a_recovery_action_fails_the_gpu_with_that_remediation(action, remediation):
     xml = edit_gpu(GB200, 2, "<gpu_recovery_action>None</gpu_recovery_action>",
                    f"<gpu_recovery_action>{action}</gpu_recovery_action>")
@@ -279,7 +282,7 @@ def test_hgx_output_is_unchanged_by_the_tray_simulation():
 
 @pytest.mark.parametrize("check_id, words", [
     ("nvlink.fabric", ("nvmlDeviceGetGpuFabricInfoV", "PASS", "Completed", "Multi-Node Tuning Guide")),
-    ("gpu.recovery_action", ("gpu_recovery_action", "PASS", "GPU Reset", "nvmlGpuRecoveryAction_t")),
+    ("gpu.recovery_action", ("gpu_recovery_action", "PASS", "Drain and Reset", "nvmlGpuRecoveryAction_t")),
     ("nvlink.domain", ("clusterUuid + cliqueId", "PASS", "18", "Mission Control")),
 ])
 def test_checks_show_documents_what_runs_pass_and_the_nvidia_remediation(check_id, words):
@@ -291,3 +294,22 @@ def test_checks_show_documents_what_runs_pass_and_the_nvidia_remediation(check_i
     assert out.exit_code == 0, out.output
     text = " ".join(out.output.split())
     assert check_id in text and all(w in text for w in words), text
+
+
+def test_the_probe_and_the_check_name_recovery_actions_alike():
+    from nvdeploy.checks.nvlink_fabric import RECOVERY_ACTIONS as JUDGED
+    from nvdeploy.collect.probe.nvml_probe import RECOVERY_ACTIONS as READ
+
+    # nvmlGpuRecoveryAction_t 0-4, by NVIDIA's names: every one the probe can report is one the check knows.
+    assert READ == {0: "None", 1: "Reset", 2: "Reboot", 3: "Drain P2P", 4: "Drain and Reset"}
+    assert set(READ.values()) - {"None"} == set(JUDGED)
+
+
+def test_clique_zero_on_an_otherwise_registered_gpu_fails_saying_why_and_how_to_waive():
+    # NVIDIA's DRA driver accepts cliqueId 0 (a partition index); nvdeploy FAILs it: no registered GPU in a capture
+    # has it, and it comes with failed registrations. The finding says so, and how to keep a real partition 0.
+    xml = edit_gpu(GB200, 1, "<cliqueId>2</cliqueId>", "<cliqueId>0</cliqueId>")
+    findings = on(xml)
+    assert [(f.verdict, f.gpu) for f in findings] == [(Verdict.FAIL, 1)]
+    assert "cliqueId 0 (seen only on registrations that failed" in findings[0].summary
+    assert "waive nvlink.fabric" in findings[0].summary

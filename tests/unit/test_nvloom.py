@@ -1,10 +1,10 @@
 """nvloom_cli's output parsed and judged. No public capture of a real nvloom run exists: the texts below are laid
 out from nvloom 1.3's format strings (github.com/NVIDIA/nvloom commit 2e7b742: cli/nvloom_cli.cpp, cli/util.cpp,
-cli/util.h, cli/testcases.h), not captured on a machine."""
+cli/util.h, cli/testcases.h, cli/testcases.cpp), not captured on a machine."""
 
 from __future__ import annotations
 
-from nvdeploy.checks.nvloom import judge_nvloom, tool_absent
+from nvdeploy.checks.nvloom import judge_nvloom, needs_localising, row_ranks, tool_absent
 from nvdeploy.parsers.nvloom import parse_nvloom
 from nvdeploy.results import ErrorReason, Remediation, Verdict
 
@@ -91,3 +91,66 @@ def test_square_matrix_diagonal_na_is_not_a_fault():
     run = parse_nvloom(HEADER + matrix)
     assert len(run.testcases[0].cells) == 16
     assert judge_nvloom(run, 0, 4, "d").verdict is Verdict.PASS
+
+
+# --- nvloom's real row labels (cli/testcases.cpp bisect_pattern: "i->peer", peer = (i + N/2) mod N) -------------
+
+def real_bisect(values, name="bisect_device_to_device_write_sm"):
+    """The bisect matrix as nvloom 1.3 prints it: rows labelled ``i->peer``."""
+    n = len(values)
+    rows = "".join(f"{i}->{(i + n // 2) % n}\t{v}\t\n" for i, v in enumerate(values))
+    return f"Running {name}\n\t0\t\n{rows}\nMin {name} 450.00 GB/s\n\nExecutionTime {name} 2.87 s\nDone {name}\n\n"
+
+
+def gpu_to_rack(values, name="gpu_to_rack_device_to_device_unidir_write_sm"):
+    """gpu_to_rack as nvloom 1.3 prints it without --richOutput: one column per rack GUID, rows the ranks."""
+    rows = "".join(f"{i}\t{v}\t\n" for i, v in enumerate(values))
+    return f"Running {name}\n\t1a2b\t\n{rows}\nMin {name} 450.00 GB/s\n\nExecutionTime {name} 9.1 s\nDone {name}\n\n"
+
+
+# GPU 0 of tray01 is slow: it writes slowly to tray02 GPU 0 (0->2), and tray02 GPU 0 writes slowly back (2->0).
+WEAK = real_bisect(["450.00", "750.00", "450.00", "750.00"])
+
+
+def test_bisect_labels_name_a_pair_and_a_pair_is_never_blamed_unretested():
+    run = parse_nvloom(HEADER + WEAK)
+    assert [c.row for c in run.testcases[0].cells] == ["0->2", "1->3", "2->0", "3->1"]
+    verdict = judge_nvloom(run, 0, 4, "rack rack1")
+    # Without a re-test neither end of the weak path is named: both are placed on their trays, not localised.
+    assert verdict.verdict is Verdict.FAIL and verdict.suspects == () and verdict.remediation is Remediation.INVESTIGATE
+    assert sorted(u[:2] for u in verdict.unresolved) == [("tray01.example", 0), ("tray02.example", 0)]
+    assert "not re-tested" in verdict.unresolved[0][2]
+
+
+def test_the_localising_retest_names_the_slow_gpu_and_clears_its_partner():
+    run = parse_nvloom(HEADER + WEAK)
+    assert needs_localising(run)
+    retest = parse_nvloom(HEADER + gpu_to_rack(["450.00", "750.00", "749.00", "750.00"]))
+    verdict = judge_nvloom(run, 0, 4, "rack rack1", retest=(retest, 0))
+    assert verdict.verdict is Verdict.FAIL and verdict.remediation is Remediation.ISOLATE
+    assert [s[:3] for s in verdict.suspects] == [("tray01.example", 0, 450.0)] and verdict.unresolved == ()
+    assert "with tray02.example GPU 0" in verdict.suspects[0][3]
+
+
+def test_a_retest_that_clears_both_or_failed_leaves_the_pair_unresolved():
+    run = parse_nvloom(HEADER + WEAK)
+    clean = parse_nvloom(HEADER + gpu_to_rack(["750.00", "750.00", "749.00", "750.00"]))
+    cleared = judge_nvloom(run, 0, 4, "d", retest=(clean, 0))
+    assert cleared.suspects == () and len(cleared.unresolved) == 2
+    assert "found neither slow" in cleared.unresolved[0][2]
+    failed = judge_nvloom(run, 0, 4, "d", retest=(parse_nvloom(HEADER), 1))
+    assert failed.suspects == () and "printed no gpu_to_rack" in failed.unresolved[0][2]
+    stopped = judge_nvloom(run, 0, 4, "d", retest_problem="re-test not run: the --deadline passed")
+    assert stopped.suspects == () and "--deadline" in stopped.unresolved[0][2]
+
+
+def test_a_run_with_gpu_to_rack_already_localises_itself_and_healthy_bisect_needs_no_retest():
+    run = parse_nvloom(HEADER + WEAK + gpu_to_rack(["450.00", "750.00", "749.00", "750.00"]))
+    assert not needs_localising(run)
+    assert [s[:2] for s in judge_nvloom(run, 0, 4, "d").suspects] == [("tray01.example", 0)]
+    healthy = parse_nvloom(HEADER + real_bisect(["750.00", "749.00", "750.00", "749.50"]))
+    assert not needs_localising(healthy) and judge_nvloom(healthy, 0, 4, "d").verdict is Verdict.PASS
+
+
+def test_row_labels():
+    assert row_ranks("0->36") == (0, 36) and row_ranks("7") == (7,) and row_ranks("1a2b3c") == ()

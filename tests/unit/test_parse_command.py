@@ -17,7 +17,8 @@ FOLDER_FORMAT = {"dcgmi-diag-json": "dcgmi-diag", "dcgmi-diag-text": "dcgmi-diag
                  "xid-logs": "kmsg"}
 # The folders of `parse` formats (other folders hold captures of collectors `parse` does not read).
 PARSE_FOLDERS = {*FOLDER_FORMAT, "nvidia-smi-xml", "nvidia-smi-text", "nvidia-smi-csv", "nvidia-smi-topo",
-                 "nvidia-smi-nvlink", "dcgmi-discovery", "dcgmi-health", "nccl-tests", "ibstat", "fragments"}
+                 "nvidia-smi-nvlink", "dcgmi-discovery", "dcgmi-health", "nccl-tests", "ibstat", "fragments",
+                 "nvbandwidth", "perftest", "nvidia-smi-mig"}
 FILES = sorted(p for p in REAL.glob("*/*") if p.is_file() and p.suffix != ".tsv" and p.parent.name in PARSE_FOLDERS)
 FRAGMENTS = REAL / "fragments"  # pasted pieces, named "<format>-..."
 
@@ -42,6 +43,9 @@ REQUIRED = {
                    "out_of_bounds", "errors", "complete"],
     "ibstat": ["devices"],
     "kmsg": ["xid_events", "xid_counts", "sxid_events", "aer_events"],
+    "nvbandwidth": ["form", "version", "driver_version", "testcases", "error"],
+    "perftest": ["test", "device", "link_type", "cuda", "rows", "complete", "errors"],
+    "nvidia-smi-mig": ["profiles", "instances", "message", "fragment"],
 }
 # file name -> {path: value}; a path is dotted keys/indexes, '#key' is len(key).
 KEY_FACTS: dict[str, dict[str, Any]] = {
@@ -119,6 +123,17 @@ KEY_FACTS: dict[str, dict[str, Any]] = {
     "h200-mig-query-gpu-all-fields-idle-590.48.01.csv": {"gpus.0.name": "NVIDIA H200",
                                                          "gpus.0.memory_total_mib": 143771},
     "journalctl-xid79-fallen-off-bus-continuation-lines.log": {"xid_counts": {"79": 1}, "xid_events.0.xid": 79},
+    "default-table-windows-wddm-driver-model-rtx5060-616.92-kmd-umd-header.txt": {
+        "driver_version": "616.92", "cuda_version": "13.4", "#gpus": 1, "gpus.0.persistence_mode": None,
+        "gpus.0.pci_bus_id": "00000000:01:00.0", "gpus.0.memory_total_mib": 8151},
+    "v0.8-1xrtx3080-575.64.03-d2h-CUDA_ERROR_INVALID_CONTEXT.txt": {
+        "version": "v0.8", "#testcases": 1, "testcases.0.status": "Error"},
+    "ib-write-bw-use-cuda-t4-roce-client.txt": {"cuda": True, "complete": True, "device": "mlx5_0"},
+    "lgip-a100-sxm4-40gb-7-profiles-450.80.02.txt": {
+        "#profiles": 7, "profiles.0.name": "MIG 1g.5gb", "profiles.0.profile_id": 19, "profiles.0.total": 7,
+        "profiles.6.name": "MIG 7g.40gb", "profiles.6.ce": 7},
+    "lgi-a100-40gb-two-3g.20gb-instances-450.80.02.txt": {
+        "#instances": 2, "instances.1.instance_id": 2, "instances.1.placement_start": 0},
     "dmesg-nvswitch-sxid12028-nonfatal-link-error.log": {"xid_counts": {}, "#sxid_events": 1},
     "dmesg-xid64-row-remapper-all-reserved-rows-remapped.log": {"xid_counts": {"64": 1}},
     "dmesg-T-xid43-xid31-mmu-fault-xid94-contained-535.183.01.log": {"xid_counts": {"31": 1, "43": 2, "94": 1}},

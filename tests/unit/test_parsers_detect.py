@@ -16,6 +16,8 @@ FOLDER_FORMAT = {
     "nvidia-smi-topo": "nvidia-smi-topo", "nvidia-smi-nvlink": "nvidia-smi-nvlink", "dcgmi-diag-json": "dcgmi-diag",
     "dcgmi-diag-text": "dcgmi-diag", "nvvs": "dcgmi-diag", "dcgmi-discovery": "dcgmi-discovery",
     "dcgmi-health": "dcgmi-health", "nccl-tests": "nccl-tests", "ibstat": "ibstat", "xid-logs": "kmsg",
+    "nvbandwidth": "nvbandwidth", "perftest": "perftest", "nvidia-smi-mig": "nvidia-smi-mig",
+    "dcgmi-mndiag": "dcgmi-mndiag", "nvloom": "nvloom", "imex": "nvidia-imex-ctl",
 }
 FRAGMENTS = "fragments"  # pieces of outputs pasted into tickets: named "<format>-..."
 # Other folders hold captures of collectors that `nvdeploy parse` does not read (cuda-toolkits, container...).
@@ -34,7 +36,8 @@ def test_every_format_has_real_captures() -> None:
     assert set(FOLDER_FORMAT.values()) == set(FORMATS)
     assert set(FORMATS) == {"nvidia-smi-xml", "nvidia-smi-text", "nvidia-smi-csv", "nvidia-smi-topo",
                             "nvidia-smi-nvlink", "dcgmi-diag", "dcgmi-discovery", "dcgmi-health", "nccl-tests",
-                            "ibstat", "kmsg"}
+                            "ibstat", "kmsg", "nvbandwidth", "perftest", "nvidia-smi-mig", "dcgmi-mndiag", "nvloom",
+                            "nvidia-imex-ctl"}
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")

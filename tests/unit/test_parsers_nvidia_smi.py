@@ -136,6 +136,16 @@ TEXT_EXPECT: dict[str, dict[str, Any]] = {
                     "ecc_uncorrectable_volatile": None}},
         "warn": "name truncated",
     },
+    # Windows (R610+ header): the first cell ends with the Driver-Model (WDDM), not Persistence-M, which Windows
+    # does not have: read, persistence mode unknown and not shown.
+    "default-table-windows-wddm-driver-model-rtx5060-616.92-kmd-umd-header.txt": {
+        "top": {"driver_version": "616.92", "cuda_version": "13.4", "gpu_count_reported": 1}, "n": 1,
+        "gpu": {0: {"index": 0, "persistence_mode": None, "pci_bus_id": "00000000:01:00.0", "power_limit_w": 65.0,
+                    "memory_total_mib": 8151, "temperature_c": 64.0, "ecc_uncorrectable_volatile": None,
+                    "shown": ("name", "pci_bus_id", "ecc_uncorrectable_volatile", "temperature_c", "power_limit_w",
+                              "memory_total_mib", "mig_mode")}},
+        "warn": "Driver-Model WDDM",
+    },
     # R610 -q: the deprecated lines carry a note, KMD/CUDA UMD Version are preferred, the limits sit one level
     # deeper under "GPU Ceiling Power Limit".
     "q-h200-kmd-version-power-ceiling-610.43.02-RECONSTRUCTED.txt": {

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
@@ -261,3 +262,36 @@ def test_report_re_renders_from_the_journal_after_a_crash(tmp_path):
     assert run.nodes[1].findings[0].reason is ErrorReason.INTERRUPTED
     write_reports(run, Path(tmp_path))
     assert "NOT READY" in (tmp_path / "report.html").read_text()
+
+
+@pytest.mark.parametrize("collector, marked", [("nvml_probe", '"fabric_cluster_uuid": '),
+                                                ("nvidia_smi_xml", "<clusterUuid>")])
+def test_excerpt_of_a_cluster_uuid_finding_marks_the_cluster_uuid_and_names_the_file_s_own_lines(tmp_path, collector,
+                                                                                                  marked):
+    """Issue 33 item 13: a tray's all-zero clusterUuid is marked on its clusterUuid line, not on the GPU's PCI bus
+    id that finds the GPU; a one-line probe output pretty-printed is "line 1", never "lines 8-17"."""
+    from _catalog_helpers import CATALOG, context, run_check, sim_results
+
+    from nvdeploy.sim.scenario import NodeScenario
+
+    profile = CATALOG.get("gb200-nvl72")
+    results = sim_results(NodeScenario("tray02", profile, ("fabric_zero_uuid",), rack="r1"),
+                          [collector, "nvidia_smi_xml", "uptime"])
+    folder = tmp_path / "evidence" / "tray02"
+    folder.mkdir(parents=True)
+    (folder / f"{collector}.out").write_bytes(results[collector].stdout)
+    finding = run_check("nvlink.fabric", context(results, profile, node="tray02"))[0]
+    assert "clusterUuid 00000000-0000-0000-0000-000000000000" in finding.summary and finding.gpu == 0
+    finding = dataclasses.replace(finding, evidence=f"evidence/tray02/{collector}.out")
+    found = excerpt(tmp_path, f"evidence/tray02/{collector}.out", finding)
+    assert found is not None and found.matched
+    assert found.lines[found.hit].strip().startswith(marked), found.lines
+    total = len(results[collector].stdout.decode().splitlines())
+    if collector == "nvml_probe":
+        assert total <= 2 and found.where == "line 1 (one line of JSON, pretty-printed)"
+        assert [number for number, _line, _hit in found.numbered] == ["1"] + [""] * (len(found.lines) - 1)
+    else:
+        low, high = found.first_line, found.first_line + len(found.lines) - 1
+        assert found.where == f"lines {low}\u2013{high}" and high <= total
+    html = render_html(run_of(node("tray02", finding)), run_dir=tmp_path).decode()
+    assert f"evidence/tray02/{collector}.out, {found.where}" in html

@@ -50,3 +50,23 @@ def test_a_node_line_keeps_its_node_list_short_on_scattered_failures_of_a_large_
     assert all(len(line) <= 160 for line in lines), [len(line) for line in lines]
     assert folded_brief(["gpu1", "gpu2", "gpu3"]) == "gpu[1-3]"
     assert len(folded_brief([f"n{i}" for i in range(0, 5000, 2)])) <= HOSTS_LIMIT + len(",...] (2,500 nodes)")
+
+
+def test_nodes_are_grouped_only_when_their_findings_are_the_same():
+    """Issue 33 item 12: two trays with different faults of one check, and a Xid 13 (MONITOR) beside a Xid 63
+    (RESET_GPU), are separate lines; nothing is quoted as an example for nodes it does not describe."""
+    zero = "GPU0: NVLink fabric registration Completed but clusterUuid 00000000-0000-0000-0000-000000000000 (all zero)"
+    sick = "GPU2: NVLink fabric registration Completed but health Unhealthy; bandwidth Degraded"
+    trays = [NodeResult(name, (Finding("nvlink.fabric", Verdict.FAIL, summary, node=name, gpu=gpu,
+                                       remediation=Remediation.ISOLATE),))
+             for name, summary, gpu in (("tray02", zero, 0), ("tray03", sick, 2), ("tray04", zero, 0))]
+    lines = summary_lines(RunResult("r", "c", "validate", tuple(trays)))
+    assert lines == [f"FAIL  tray[02,04]  nvlink.fabric: {zero}", f"FAIL  tray03  nvlink.fabric: {sick}"]
+    xids = [NodeResult("gpu006", (Finding("kmsg.xid", Verdict.WARN, "Xid 63 x1 on 0000:3a:00 (GPU2): row remapping",
+                                          node="gpu006", gpu=2, code=63, remediation=Remediation.RESET_GPU),)),
+            NodeResult("gpu014", (Finding("kmsg.xid", Verdict.WARN, "Xid 13 x1 on 0000:2a:00 (GPU1): app fault",
+                                          node="gpu014", gpu=1, code=13, remediation=Remediation.MONITOR),))]
+    lines = summary_lines(RunResult("r", "c", "validate", tuple(xids)))
+    assert lines == ["WARN  gpu006  kmsg.xid: Xid 63 x1 on 0000:3a:00 (GPU2): row remapping",
+                     "WARN  gpu014  kmsg.xid: Xid 13 x1 on 0000:2a:00 (GPU1): app fault"]
+    assert not any("e.g." in line for line in lines)

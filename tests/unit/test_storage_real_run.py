@@ -72,3 +72,18 @@ def test_hostile_path_is_a_name_not_code(tmp_path: Path):
     result = run({"storage_paths": {str(target): {}}, "storage_file_mib": 1, "storage_runtime_s": 1})
     assert result.paths[0].status == "missing"
     assert not (tmp_path / "pwned").exists() and not Path("pwned2").exists()
+
+
+def test_a_test_file_a_killed_run_left_is_swept_and_another_runs_file_kept(tmp_path: Path):
+    """A KILL before the trap (a tool stuck on a dead mount) leaves the file: the next run removes such files of
+    its user once they are older than any run's limit, and leaves a file another run is writing now."""
+    target = tmp_path / "data"
+    target.mkdir()
+    stale, live = target / f"{FILE_PREFIX}OLDKILLED", target / f"{FILE_PREFIX}RUNNING"
+    stale.write_bytes(b"x" * 1024)
+    live.write_bytes(b"y")
+    hour_ago = stale.stat().st_mtime - 3600
+    os.utime(stale, (hour_ago, hour_ago))
+    result = run({"storage_paths": {str(target): {}}, "storage_file_mib": 8, "storage_runtime_s": 2})
+    assert result.get(str(target)).status == "ok"
+    assert leftovers(target) == [live.name]

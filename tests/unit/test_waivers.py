@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from nvdeploy.config.waivers import apply_waivers, expired, load_waivers, parse_waivers
+from nvdeploy.config.waivers import Waiver, apply_waivers, expired, load_waivers, parse_waivers
 from nvdeploy.config.yamlfile import ConfigError, load_yaml_text
-from nvdeploy.results import ClusterVerdict, Finding, NodeResult, Remediation, Verdict, cluster_verdict
+from nvdeploy.results import ClusterVerdict, Finding, NodeResult, Remediation, Verdict, Waived, cluster_verdict
 
 KNOWN = ("memory.remapped_rows", "nccl.all_reduce", "fleet.performance", "kmsg.xid")
 UNTIL = dt.date(2027, 1, 15)
@@ -52,8 +52,12 @@ def test_a_waiver_hides_a_fail_until_its_date_then_it_counts_again(tmp_path):
     on_the_day = apply_waivers(nodes(), waivers, UNTIL)
     waived = on_the_day[0].findings[0]
     assert waived.verdict is Verdict.SKIP and on_the_day[0].verdict is not Verdict.FAIL
-    assert waived.summary.startswith("WAIVED FAIL until 2027-01-15 (owner jdoe@example.com: remapped rows: RMA 4711 "
-                                     f"open; {tmp_path / 'waivers.yaml'}:2): GPU3: remapped rows pending")
+    # Decided once, in the record: the verdict it had, who, why, until when; the check's own words stay its own.
+    assert waived.waiver == Waived(Verdict.FAIL, "jdoe@example.com", "remapped rows: RMA 4711 open", "2027-01-15",
+                                   f"{tmp_path / 'waivers.yaml'}:2")
+    assert waived.summary == "GPU3: remapped rows pending"
+    assert waived.display_summary == ("WAIVED FAIL until 2027-01-15 (owner jdoe@example.com: remapped rows: RMA 4711 "
+                                      f"open; {tmp_path / 'waivers.yaml'}:2): GPU3: remapped rows pending")
     assert waived.gpu == 3 and waived.remediation is Remediation.RESET_GPU
     assert on_the_day[1].verdict is Verdict.FAIL  # another node: not waived
     assert expired(waivers, UNTIL) == []
@@ -122,3 +126,56 @@ def test_an_impossible_date_anywhere_in_yaml_is_a_config_error_not_a_traceback(t
         load_inventory(path, ProfileCatalog())
     assert (caught.value.file, caught.value.line) == (str(path), 3)
     assert "invalid value '2027-02-30'" in caught.value.message
+
+
+# --- kmsg.xid: by GPU, by Xid; gpus only where findings name a GPU --------------------------------------------------
+
+def xid(node: str, code: int, gpu, verdict: Verdict = Verdict.FAIL) -> Finding:
+    return Finding("kmsg.xid", verdict, f"Xid {code} x1 on 0000:2a:00 (GPU{gpu})", node=node, gpu=gpu, code=code)
+
+
+def test_a_waiver_by_xid_code_leaves_an_xid_79_on_the_same_gpu_counting():
+    waivers = load_waivers_text("waivers:\n  - check: kmsg.xid\n    nodes: gpu014\n    xid_codes: [13]\n"
+                                "    until: 2027-01-15\n    owner: ops\n    reason: user job\n")
+    node = NodeResult("gpu014", (xid("gpu014", 13, 1, Verdict.WARN), xid("gpu014", 79, 1)))
+    (waived,) = apply_waivers([node], waivers, UNTIL)
+    assert [(f.code, f.verdict) for f in waived.findings] == [(13, Verdict.SKIP), (79, Verdict.FAIL)]
+    assert waived.findings[0].waiver is not None and waived.findings[0].waiver.verdict is Verdict.WARN
+    assert waivers[0].xid_codes == frozenset({13}) and Waiver.from_dict(waivers[0].to_dict()) == waivers[0]
+
+
+def test_a_gpu_waiver_of_kmsg_xid_waives_that_gpu_s_xids_only():
+    waivers = load_waivers_text("waivers:\n  - check: kmsg.xid\n    nodes: gpu014\n    gpus: [1]\n"
+                                "    until: 2027-01-15\n    owner: ops\n    reason: RMA\n")
+    node = NodeResult("gpu014", (xid("gpu014", 79, 1), xid("gpu014", 79, 2), xid("gpu014", 79, None)))
+    (waived,) = apply_waivers([node], waivers, UNTIL)
+    assert [(f.gpu, f.verdict) for f in waived.findings] == [(1, Verdict.SKIP), (2, Verdict.FAIL), (None, Verdict.FAIL)]
+
+
+@pytest.mark.parametrize("entry, key, message", [
+    ("  - check: nccl.all_reduce\n    nodes: gpu1\n    gpus: [0]\n", "gpus",
+     "nccl.all_reduce's findings name no GPU, so a waiver of it cannot be narrowed to GPUs"),
+    ("  - check: memory.remapped_rows\n    nodes: gpu1\n    xid_codes: [79]\n", "xid_codes",
+     "only a waiver of kmsg.xid can name Xids"),
+    ("  - check: kmsg.xid\n    nodes: gpu1\n    xid_codes: [seventy-nine]\n", "xid_codes", "must be an Xid number"),
+])
+def test_a_waiver_that_would_waive_nothing_is_refused(tmp_path, entry, key, message):
+    path = write(tmp_path, "waivers:\n" + entry + "    until: 2027-01-15\n    owner: a\n    reason: b\n")
+    with pytest.raises(ConfigError) as caught:
+        load_waivers(path, KNOWN, {"memory.remapped_rows", "kmsg.xid", "fleet.performance"})
+    assert (caught.value.line, caught.value.key) == (4, key) and message in caught.value.message
+
+
+def test_the_cli_knows_which_checks_name_a_gpu(tmp_path, capsys):
+    import click
+
+    from nvdeploy.cli.app import _waivers
+
+    path = write(tmp_path, "waivers:\n  - check: system.sudo\n    nodes: gpu1\n    gpus: [0]\n"
+                           "    until: 2099-01-01\n    owner: a\n    reason: b\n")
+    with pytest.raises(click.exceptions.Exit) as caught:
+        _waivers(path)
+    assert caught.value.exit_code == 2
+    assert f"{path}:4: key 'gpus': system.sudo's findings name no GPU" in capsys.readouterr().err
+    path.write_text(path.read_text().replace("system.sudo", "kmsg.xid"))
+    assert [w.gpus for w in _waivers(path)] == [frozenset({0})]

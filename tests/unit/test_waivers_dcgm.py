@@ -16,6 +16,7 @@ from nvdeploy.config.inventory import load_inventory
 from nvdeploy.config.profiles import ProfileCatalog
 from nvdeploy.config.waivers import Waiver, dcgm_ignore_error_codes, load_waivers, parse_waivers
 from nvdeploy.config.yamlfile import ConfigError, load_yaml_text
+from nvdeploy.phases import validate as validate_phase
 from nvdeploy.phases.validate import run_validate
 from nvdeploy.runner.engine import EngineOptions
 from nvdeploy.sim.transport import SimTransport
@@ -111,6 +112,8 @@ def diag_argv(tmp_path: Path, monkeypatch, today: dt.date) -> dict[str, tuple[st
 
     monkeypatch.setattr(SimTransport, "run_batch", spy)
     monkeypatch.setattr(waiver_rules, "today_utc", lambda: today)
+    # The waivers are judged on the day the run started (its header's started_at): the run starts ``today``.
+    monkeypatch.setattr(validate_phase, "_now", lambda: f"{today.isoformat()}T12:00:00+00:00")
     waivers = tuple(load_waivers(tmp_path / "waivers.yaml", KNOWN))
     opts = EngineOptions(checks=("dcgm.diag_r2",), waivers=waivers)
     run_validate(load_inventory(tmp_path / "cluster.yaml", CATALOG), CATALOG, opts, tmp_path / "r",
@@ -124,3 +127,32 @@ def test_only_the_waived_node_and_only_until_the_date(tmp_path, monkeypatch):
     assert "--ignoreErrorCodes" not in before["gpu001"]
     after = diag_argv(tmp_path / "b", monkeypatch, dt.date(2027, 1, 16))
     assert "--ignoreErrorCodes" not in after["gpu002"] and "--ignoreErrorCodes" not in after["gpu001"]
+
+
+def test_a_resumed_run_gives_its_remaining_nodes_the_codes_of_the_day_it_started(tmp_path, monkeypatch):
+    """Issue 33 item 11: --resume refuses new --waivers and keeps the header's; the nodes it still runs get their
+    DCGM codes from those, judged on the run's first day (here a day before the waiver lapsed), not today's."""
+    from nvdeploy.phases.validate import resume_validate
+
+    first = diag_argv(tmp_path / "a", monkeypatch, dt.date(2027, 1, 15))
+    assert first["gpu002"][-2:] == ("--ignoreErrorCodes", "gpu0:40,101;gpu3:40,101")
+    run_dir = next((tmp_path / "a" / "r" / "waived").iterdir())
+    journal = run_dir / "results.jsonl"
+    # As if the run had stopped before gpu002 finished: only gpu001's result is in the journal.
+    journal.write_text("\n".join(line for line in journal.read_text().splitlines()
+                                 if '"type":"node"' not in line or '"name":"gpu001"' in line) + "\n")
+    monkeypatch.setattr(waiver_rules, "today_utc", lambda: dt.date(2027, 2, 1))  # resumed after the waiver lapsed
+    seen: dict[str, tuple[str, ...]] = {}
+    real = SimTransport.run_batch  # diag_argv's spy: the resumed run's commands go through it to the simulator
+
+    def spy(self, commands, deadline_s=None):
+        for command in commands:
+            if command.name == "dcgm_diag_r2":
+                seen[self.scenario.name] = tuple(command.argv)
+        return real(self, commands, deadline_s)
+
+    monkeypatch.setattr(SimTransport, "run_batch", spy)
+    inventory = load_inventory(tmp_path / "a" / "cluster.yaml", CATALOG)
+    resumed = resume_validate(run_dir, inventory, CATALOG, EngineOptions(checks=("dcgm.diag_r2",)))
+    assert list(seen) == ["gpu002"] and seen["gpu002"][-2:] == ("--ignoreErrorCodes", "gpu0:40,101;gpu3:40,101")
+    assert resumed.run.verdict.value == "READY"

@@ -59,6 +59,10 @@ RUN_STAGE: dict[str, tuple[str, str, str]] = {
         "the checks whose input is in the piece judge only the GPUs or rows it shows, so a piece's verdict is FAIL "
         "when it shows a failure and ERROR otherwise, never PASS. Paste the whole output, or run "
         "``nvdeploy validate``, to judge the rest.")),
+    "parse.unjudged": ("parse", "nvdeploy/cli/commands/parse.py", (
+        "The pasted output is read (its facts are printed) but no check judges it yet: ``nvidia-smi mig -lgip`` "
+        "and ``-lgi`` (the GPU instance profiles and instances of a MIG layout). Only ``nvdeploy parse --verdicts`` "
+        "writes it, never a run. SKIP, never PASS: the MIG layout is not judged here.")),
 }
 
 LEVEL_ORDER = ("quick", "standard", "full", "cluster", "run", "slurm", "parse", "-")

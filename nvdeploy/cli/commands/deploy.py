@@ -9,7 +9,7 @@ Exit codes as for validate: 0 every node done (READY), 1 a step failed or a chec
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import click
 
@@ -44,6 +44,8 @@ def _common(function: Callable[..., Any]) -> Callable[..., Any]:
                      "NVDEPLOY_SUDO_PASSWORD)."),
         click.option("-v", "--verbose", is_flag=True, help="Print every step of every node and the commands run."),
         click.option("-q", "--quiet", is_flag=True, help="Print only the verdict and the report path."),
+        click.option("--no-history", is_flag=True, help="Do not record the run in the state folder's history.sqlite "
+                     "(recorded: who changed what on which node, as for validate; a dry-run is never recorded)."),
     ]
     for option in reversed(options):
         function = option(function)
@@ -80,7 +82,6 @@ def _execute(phase: str, kw: dict[str, Any], call: Callable[..., Any]) -> None:
     from nvdeploy.cli.common import _fail, _install_sigterm, _load
     from nvdeploy.config.yamlfile import ConfigError
     from nvdeploy.files import OutputError
-    from nvdeploy.phases.plan_text import plan_lines
     from nvdeploy.runner.engine import Interrupted
 
     inv, catalog = _load(kw["inventory"], kw["limit"])
@@ -94,12 +95,21 @@ def _execute(phase: str, kw: dict[str, Any], call: Callable[..., Any]) -> None:
                    err=True)
     _install_sigterm()
 
+    shown: list[Mapping[str, Any]] = []
+
     def announce(name: str) -> None:
+        # stdout, as every detail line: one stream, so `2>&1 | tee` keeps each phase's lines under its heading
         if not quiet:
-            click.echo(f"== {name}", err=True)
+            click.echo(f"== {name}")
+
+    def finished(entry: Mapping[str, Any], result: Any) -> None:
+        shown.append(entry)
+        if not quiet:
+            for line in _phase_lines(entry, result, kw["verbose"]):
+                click.echo(line)
 
     try:
-        outcome = call(inv, catalog, options, announce)
+        outcome = call(inv, catalog, options, announce, finished)
     except ConfigError as exc:
         raise _fail(exc.render()) from None
     except (OutputError, FileNotFoundError, ValueError) as exc:
@@ -107,20 +117,10 @@ def _execute(phase: str, kw: dict[str, Any], call: Callable[..., Any]) -> None:
     except Interrupted as exc:
         raise click.exceptions.Exit(exc.exit_code) from None
     if not quiet:
-        for result in outcome.phases:
-            click.echo(f"-- {result.phase}{' (dry-run)' if result.dry_run else ''}")
-            for line in plan_lines(result, verbose=kw["verbose"]):
+        results = {r.phase: r for r in outcome.phases}
+        for entry in outcome.run.phases[len(shown):]:  # run printed each phase as it ended; install, optimize here
+            for line in _phase_lines(entry, results.get(entry.get("phase")), kw["verbose"]):
                 click.echo(line)
-        for entry in outcome.run.phases:
-            click.echo(f"{entry.get('summary', entry.get('phase'))}")
-            comparison = entry.get("comparison")
-            if comparison:
-                click.echo(f"  before/after: {comparison['summary']}")
-                for row in comparison["rows"][:40]:
-                    gpu = f" GPU{row['gpu']}" if row["gpu"] is not None else ""
-                    click.echo(f"    {row['node']} {row['check']}{gpu}: {row['before']['verdict']} "
-                               f"{row['before']['observed'] or ''} -> {row['after']['verdict']} "
-                               f"{row['after']['observed'] or ''}")
         bad = _bad_nodes(list(outcome.run.nodes))
         for line in bad:
             click.echo(line)
@@ -130,8 +130,42 @@ def _execute(phase: str, kw: dict[str, Any], call: Callable[..., Any]) -> None:
         click.echo(dry_run_line(outcome.phases))
     else:
         click.echo(f"{outcome.run.verdict.value}: {outcome.run.summary()}")
+        if not kw["no_history"]:
+            _record(outcome, kw["out_base"])
     click.echo(f"report: {outcome.reports['html']}")
     raise click.exceptions.Exit(outcome.exit_code)
+
+
+def _record(outcome: Any, base: Any) -> None:
+    """The run in the history (``nvdeploy history``): install, optimize and run leave the same trail as validate,
+    the user, the run and every step's change per node."""
+    from nvdeploy.runner.history_db import HistoryError, default_db_path, record_run
+
+    try:
+        record_run(default_db_path(base), outcome.run, outcome.run_dir)
+    except HistoryError as exc:
+        click.echo(f"nvdeploy: warning: run not recorded in the history: {exc}", err=True)
+
+
+def _phase_lines(entry: Mapping[str, Any], result: Any, verbose: bool) -> list[str]:
+    """A phase's lines: its steps per node (install, optimize), its summary, the before/after of tuning."""
+    from nvdeploy.phases.plan_text import plan_lines
+
+    lines = []
+    if result is not None:
+        lines.append(f"-- {result.phase}{' (dry-run)' if result.dry_run else ''}")
+        lines += plan_lines(result, verbose=verbose)
+    lines.append(f"{entry.get('summary', entry.get('phase'))}")
+    comparison = entry.get("comparison")
+    if comparison:
+        lines.append(f"  before/after: {comparison['summary']}")
+        # what moved; the unchanged figures are counted in the summary and listed in the report and results.json
+        for row in [r for r in comparison["rows"] if r.get("changed", True)][:40]:
+            gpu = f" GPU{row['gpu']}" if row["gpu"] is not None else ""
+            lines.append(f"    {row['node']} {row['check']}{gpu}: {row['before']['verdict']} "
+                         f"{row['before']['observed'] or ''} -> {row['after']['verdict']} "
+                         f"{row['after']['observed'] or ''}")
+    return lines
 
 
 def _bad_nodes(nodes: list[NodeResult]) -> list[str]:
@@ -151,7 +185,7 @@ def install_command(**kw: Any) -> None:
     from nvdeploy.phases.install import run_install
     from nvdeploy.phases.playbook import resolve_playbook
 
-    _execute("install", kw, lambda inv, catalog, options, say: run_install(
+    _execute("install", kw, lambda inv, catalog, options, say, done: run_install(
         inv, catalog, options, kw["out_base"], resolve_playbook(kw["playbook"], "install")))
 
 
@@ -166,7 +200,7 @@ def optimize_command(**kw: Any) -> None:
     from nvdeploy.phases.optimize import run_optimize
     from nvdeploy.phases.playbook import resolve_playbook
 
-    _execute("optimize", kw, lambda inv, catalog, options, say: run_optimize(
+    _execute("optimize", kw, lambda inv, catalog, options, say, done: run_optimize(
         inv, catalog, options, kw["out_base"], resolve_playbook(kw["playbook"], "optimize")))
 
 
@@ -184,9 +218,9 @@ def run_command(continue_on_fail: bool, allow_busy: bool, **kw: Any) -> None:
     from nvdeploy.phases.playbook import resolve_playbook
     from nvdeploy.phases.run import run_all
 
-    _execute("run", kw, lambda inv, catalog, options, say: run_all(
+    _execute("run", kw, lambda inv, catalog, options, say, done: run_all(
         inv, catalog, replace(options, engine=replace(options.engine, allow_busy=allow_busy)), kw["out_base"],
-        resolve_playbook(kw["playbook"], "run"), continue_on_fail, announce=say))
+        resolve_playbook(kw["playbook"], "run"), continue_on_fail, announce=say, finished=done))
 
 
 @click.group("actions")

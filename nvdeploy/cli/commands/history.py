@@ -48,12 +48,13 @@ def _print_runs(rows: list[dict[str, Any]]) -> None:
     if not rows:
         click.echo("no runs recorded")
         return
-    click.echo(f"{'started (UTC)':16}  {'run id':26}  {'cluster':12}  {'level':8}  {'verdict':10}  "
-               f"{'nodes':>5}  {'FAIL':>4}  {'ERROR':>5}  {'WARN':>4}  folder")
+    # The phase and the user: install, optimize and run are recorded too, so who changed a node is in the list.
+    click.echo(f"{'started (UTC)':16}  {'run id':26}  {'cluster':12}  {'phase':8}  {'level':8}  {'verdict':10}  "
+               f"{'nodes':>5}  {'FAIL':>4}  {'ERROR':>5}  {'WARN':>4}  {'user':10}  folder")
     for r in rows:
-        click.echo(f"{_when(r['started_at']):16}  {r['run_id']:26}  {r['cluster'][:12]:12}  {r['level']:8}  "
-                   f"{r['verdict']:10}  {r['nodes']:>5}  {r['fail']:>4}  {r['error']:>5}  {r['warn']:>4}  "
-                   f"{r['run_dir']}")
+        click.echo(f"{_when(r['started_at']):16}  {r['run_id']:26}  {r['cluster'][:12]:12}  {r['phase'][:8]:8}  "
+                   f"{r['level']:8}  {r['verdict']:10}  {r['nodes']:>5}  {r['fail']:>4}  {r['error']:>5}  "
+                   f"{r['warn']:>4}  {(r['user'] or '?')[:10]:10}  {r['run_dir']}")
 
 
 def _print_node(node: str, check: Optional[str], rows: list[dict[str, Any]]) -> None:

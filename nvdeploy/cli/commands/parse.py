@@ -4,8 +4,14 @@ Prints the parsed facts as JSON on stdout. Exit 0 whatever the content shows (fa
 JSON's ``warnings`` say so); exit 2 when FORMAT is unknown, the file cannot be read, or the options are wrong.
 Never a traceback: a parser bug becomes a warning.
 
-``--verdicts --profile NAME`` also runs the checks that read this kind of output (the same functions
-``nvdeploy validate`` runs, against the profile's thresholds) and prints their findings under ``"verdicts"``.
+``--verdicts --profile NAME`` also runs the checks that read this kind of output and prints their findings under
+``"verdicts"``: the capture is the node's collector output and goes through validate's own evaluation
+(nvdeploy/runner/evaluate.py), so a whole capture gets the findings validate would give it. A check runs when its
+evidence is in the paste (one it reads only to say more, such as nvlink.fabric's time since boot, may be absent:
+the finding says so). perftest output is judged as the GPUDirect RDMA pair run judges it; MIG layouts
+(``nvidia-smi mig -lgip`` / ``-lgi``) are read, and ``parse.unjudged`` says no check judges them yet. A section,
+cell or column that pasted ``-q`` text, the default table or CSV does not print is SKIP "not in the pasted
+text", whatever its header says.
 
 ``dcgmi diag`` output also gets ``"gpu_verdicts"`` (GPU -> test -> verdict, "all" for a verdict not tied to a GPU):
 the per-GPU picture of a pasted piece at a glance. A pasted *fragment* (rows without the table header, JSON without
@@ -29,6 +35,8 @@ from typing import Any, Optional
 
 import click
 
+from nvdeploy.cli.commands.parse_domain import FORMATS as DOMAIN_FORMATS
+from nvdeploy.cli.commands.parse_domain import judge_pasted
 from nvdeploy.cli.commands.parse_fragment import (
     discovery_check,
     fragment_finding,
@@ -40,6 +48,7 @@ from nvdeploy.cli.commands.parse_fragment import (
     shown_only,
     size_text,
     smi_check,
+    text_check,
     topo_check,
 )
 from nvdeploy.results import CommandResult, ExitCode, Finding, Verdict
@@ -57,7 +66,10 @@ COLLECTOR_OF = {
     "nccl-tests": "nccl_all_reduce",
     "ibstat": "ibstat",
     "kmsg": "kmsg",
+    "nvbandwidth": "nvbandwidth",
 }
+# A format whose facts no check judges yet (--verdicts says so).
+UNJUDGED_CHECK = "parse.unjudged"
 MAX_BYTES = 256 * 1024 * 1024
 SMI_FORMATS = ("nvidia-smi-xml", "nvidia-smi-text", "nvidia-smi-csv")
 PIECE_CHECKS = {"nvlink.topology": topo_check, "nvlink.links": nvlink_check, "ib.ports": ib_check,
@@ -122,52 +134,87 @@ def dcgm_level(facts: Any) -> int:
     return 1
 
 
-def evaluate(fmt: str, text: str, parsed: Any, profile: Any, label: str) -> list[Finding]:
-    """Run the checks that read ``fmt``'s collector over one captured output (pure, like validate's evaluate)."""
-    from nvdeploy.checks import CHECKS, NodeContext
-    from nvdeploy.parsers.facts import node_facts
-    from nvdeploy.parsers.smi_status import SmiStatus
+def pasted_checks(collector: str) -> tuple[str, ...]:
+    """The checks a capture of ``collector`` feeds, in catalog order: those that need no other collector's output
+    (one they read only to say more, such as nvlink.fabric's time since boot, aside: the finding says it is not
+    there)."""
+    from nvdeploy.checks import CHECKS
 
+    return tuple(check.id for check in CHECKS.values()
+                 if collector in check.collectors and set(check.collectors) - set(check.optional) == {collector})
+
+
+def evaluate(fmt: str, text: str, parsed: Any, profile: Any, label: str) -> list[Finding]:
+    """Judge one captured output as validate does: the capture is the node's ``fmt`` collector result, and the
+    checks it feeds run through validate's own evaluation (nvdeploy/runner/evaluate.py); a piece's checks are
+    narrowed to what it shows (parse_fragment.py)."""
+    from nvdeploy.checks import NodeContext
+    from nvdeploy.parsers.smi_status import SmiStatus
+    from nvdeploy.runner.evaluate import EvaluationJob
+    from nvdeploy.runner.evaluate import evaluate as evaluate_node
+
+    if fmt == "perftest":
+        return [_perftest(parsed, profile, label)]
+    if fmt in DOMAIN_FORMATS:  # dcgmi mndiag, nvloom, nvidia-imex-ctl: judged as their domain stages judge a run
+        return judge_pasted(fmt, parsed, profile, label)
+    if fmt not in COLLECTOR_OF:
+        return [Finding(UNJUDGED_CHECK, Verdict.SKIP, f"no check judges {fmt} output yet: its facts are printed, "
+                        "not judged", node=label, profile=profile.stamp)]
     collector = COLLECTOR_OF[fmt]
     if fmt == "dcgmi-diag":
         collector = f"dcgm_diag_r{dcgm_level(parsed)}"
     result = CommandResult(name=collector, command=f"(captured) {label}", rc=0, stdout=text.encode("utf-8"))
-    results = {collector: result}
-    facts = node_facts(results)
     # a dcgmi diag piece is judged by its own check
     fragment = is_fragment(parsed, fmt, profile) and fmt != "dcgmi-diag"
+    given: dict[str, Any] = {}
     if fmt in ("nvidia-smi-text", "nvidia-smi-csv") or (fmt == "nvidia-smi-xml" and fragment):
+        # no collector prints -q text or CSV, and validate reads whole XML only: these facts are the parser's
         usable = bool(getattr(parsed, "gpus", ()))
-        facts["smi"] = parsed if usable else None
-        facts["smi_status"] = SmiStatus(None) if usable else SmiStatus(
-            Verdict.ERROR, "no GPU could be read from the capture", None)
-    ctx = NodeContext(label, {}, profile, results, facts, {collector: label})
-    findings: list[Finding] = []
-    if fmt == "nccl-tests":
-        findings = _nccl(ctx, parsed, profile)
-    else:
-        for check in CHECKS.values():
-            if not check.collectors or any(c != collector for c in check.collectors):
-                continue
+        given = {"smi": parsed if usable else None,
+                 "smi_status": SmiStatus(None) if usable else SmiStatus(
+                     Verdict.ERROR, "no GPU could be read from the capture", None)}
 
-            def run(context: Any, check: Any = check) -> list[Finding]:
-                try:
-                    return list(check(context))
-                except Exception as exc:  # noqa: BLE001 - a check bug is an ERROR finding, never a traceback
-                    return [Finding(check.id, Verdict.ERROR, f"check crashed: {type(exc).__name__}: {exc}",
-                                    node=label)]
+    def judge(check: Any, ctx: Any) -> list[Finding]:
+        def run(context: Any) -> list[Finding]:
+            return list(check(context))
 
-            if fragment and fmt in SMI_FORMATS:
-                findings.extend(smi_check(check.id, ctx, run))
-            elif fragment and fmt == "kmsg":
-                findings.extend(kmsg_check(check.id, ctx, run))
-            elif fragment and check.id in PIECE_CHECKS:
-                findings.extend(PIECE_CHECKS[check.id](ctx, run))
-            else:
-                findings.extend(run(ctx))
+        if fmt == "nccl-tests" and not node_nccl(parsed, profile):
+            return _nccl(ctx, parsed, profile)
+        if fragment and fmt in SMI_FORMATS:
+            return smi_check(check.id, ctx, run)
+        if fmt in ("nvidia-smi-text", "nvidia-smi-csv"):
+            return text_check(check.id, ctx, run)
+        if fragment and fmt == "kmsg":
+            return kmsg_check(check.id, ctx, run)
+        if fragment and check.id in PIECE_CHECKS:
+            return PIECE_CHECKS[check.id](ctx, run)
+        return run(ctx)
+
+    job = EvaluationJob(label, {}, profile, (result,), {collector: label}, pasted_checks(collector))
+    findings = list(evaluate_node(job, given=given, judge=judge).findings)
     if fragment:
-        findings.append(fragment_finding(ctx, fmt, parsed))
+        findings.append(fragment_finding(NodeContext(label, {}, profile, {}, {}), fmt, parsed))
     return findings
+
+
+def _perftest(parsed: Any, profile: Any, label: str) -> Finding:
+    """perftest (``ib_write_bw``) as the GPUDirect RDMA pair run judges its client's output (checks/rdma.py)."""
+    from nvdeploy.checks.rdma import CHECK_ID, expectation, judge_pair
+
+    result = CommandResult(name="gpudirect_client", command=f"(captured) {label}", rc=0)
+    rate, pct = expectation(profile, {})
+    verdict = judge_pair(f"pasted {parsed.test or 'perftest'} output", result, parsed, result, rate, pct)
+    return Finding(CHECK_ID, verdict.verdict, verdict.summary, node=label, observed=verdict.observed,
+                   expected=verdict.expected, unit="Gb/s" if verdict.observed is not None else "",
+                   reason=verdict.reason, remediation=verdict.remediation, profile=profile.stamp)
+
+
+def node_nccl(parsed: Any, profile: Any) -> bool:
+    """Whether a nccl-tests log could be the node's own collector output (all_reduce, or a collective it does not
+    name, on at most the node's GPUs, whole): then validate's check judges it, as it would on the node."""
+    collective = (parsed.collective or "").replace("_perf", "")
+    return collective in ("all_reduce", "") and (parsed.nranks is None or parsed.nranks <= profile.gpu.count) \
+        and not is_fragment(parsed, "nccl-tests")
 
 
 def _nccl(ctx: Any, parsed: Any, profile: Any) -> list[Finding]:
@@ -239,7 +286,8 @@ def summary_lines(out: dict[str, Any]) -> list[str]:
     for f in shown:
         gpu = f"GPU{f['gpu']}: " if f.get("gpu") is not None and f"GPU{f['gpu']}" not in f["summary"] else ""
         lines.append(f"  {f['verdict']:<5}  {f['check']:<{width}}  {gpu}{f['summary']}")
-    why = "not in the pasted text, or not applicable" if out.get("fragment") else "not applicable"
+    unseen = out.get("fragment") or any("not in the pasted text" in f["summary"] for f in findings)
+    why = "not in the pasted text, or not applicable" if unseen else "not applicable"
     for verdict, words in ((Verdict.PASS, "passed"), (Verdict.SKIP, f"not judged ({why})")):
         checks = sorted({f["check"] for f in findings if f["verdict"] == verdict.value} - {f["check"] for f in shown})
         if checks:
@@ -260,11 +308,13 @@ def summary_lines(out: dict[str, Any]) -> list[str]:
 def parse_command(fmt: str, file: str, verdicts: bool, profile_name: Optional[str], as_json: bool) -> None:
     """Parse FILE (a captured tool output; '-' for stdin) as FORMAT and print the facts as JSON.
 
-    FORMAT: nvidia-smi-xml, nvidia-smi-text, nvidia-smi-csv, nvidia-smi-topo, nvidia-smi-nvlink, dcgmi-diag,
-    dcgmi-discovery, dcgmi-health, nccl-tests, ibstat, kmsg, or auto (detected from the content). A pasted piece
-    (no header) FAILs what it shows and leaves the rest SKIP, never PASS. On a terminal, --verdicts prints a short
-    summary (--json for the JSON). Exit 0 even when the content shows failures; 2 when FORMAT is unknown or FILE
-    unreadable.
+    FORMAT: nvidia-smi-xml, nvidia-smi-text, nvidia-smi-csv, nvidia-smi-topo, nvidia-smi-nvlink, nvidia-smi-mig
+    (mig -lgip / -lgi), dcgmi-diag, dcgmi-discovery, dcgmi-health, nccl-tests, ibstat, kmsg, nvbandwidth, perftest
+    (ib_write_bw), dcgmi-mndiag (--json), nvloom (nvloom_cli), nvidia-imex-ctl (-q, -N, -N -j), or auto (detected
+    from the content). A pasted piece (no header) FAILs what it shows and leaves
+    the rest SKIP, never PASS; what pasted text does not print is SKIP "not in the pasted text". On a terminal,
+    --verdicts prints a short summary (--json for the JSON). Exit 0 even when the content shows failures; 2 when
+    FORMAT is unknown or FILE unreadable.
     """
     from nvdeploy.parsers.detect import FORMATS, detect_format
 

@@ -40,14 +40,15 @@ SMI_FIELDS: dict[str, tuple[tuple[str, ...], str]] = {
     "clocks.power_limit": (("power_limit_w",), "the power limit is"),
     "gpu.mig": (("mig_mode",), "the MIG mode is"),
     "gpu.recovery_action": (("gpu_recovery_action",), "the GPU recovery action is"),
+    "nvlink.fabric": (("fabric_state",), "the NVLink fabric state is"),
     "pcie.link": (("pcie_gen_current", "pcie_gen_max", "pcie_width_current", "pcie_width_max"),
                   "the PCIe link generation and width are"),
 }
 # What each format's piece lacks, for the fragment finding.
 WHAT_IS_MISSING = {
     "nvidia-smi-xml": "no <nvidia_smi_log> root, or cut off before its end",
-    "nvidia-smi-text": "no 'Attached GPUs' header or table title, fewer GPU sections than attached GPUs, or "
-                       "'[...]' elisions",
+    "nvidia-smi-text": "no 'Attached GPUs' header or table title, fewer GPU sections than attached GPUs, a GPU "
+                       "section cut before its end, or '[...]' elisions",
     "nvidia-smi-csv": "CSV rows without the header line",
     "nvidia-smi-topo": "matrix rows without the header, or fewer rows than GPUs",
     "nvidia-smi-nvlink": "a GPU's link list cut off",
@@ -90,14 +91,16 @@ def profile_links(profile: Any) -> int | None:
 
 def cut_nvlink_gpus(facts: Any, links: int | None = None) -> list[Any]:
     """GPUs whose link list the piece cuts: link lines before any ``GPU N:`` line (index -1), and a last GPU
-    that lists fewer links than another one or than the SKU's ``links``, or none and no message (the paste ends
-    there). nvidia-smi lists every link of a GPU, up or down, so a short list elsewhere is a finding, not a cut."""
+    that lists fewer links than another one or than the SKU's ``links``, or none, and no message saying why (the
+    paste ends there). nvidia-smi lists every link of a GPU, up or down, so a short list elsewhere is a finding, not
+    a cut."""
     gpus = list(getattr(facts, "gpus", ()))
     cut = [g for g in gpus if g.index < 0]
     if gpus and gpus[-1].index >= 0:
         last, others = gpus[-1], [g for g in gpus[:-1] if g.index >= 0]
         most = max([len(g.links) for g in others] + [links or 0])
-        if len(last.links) < most or (not last.links and not last.message):
+        # a GPU that printed why it has no links ("does not have or support nvlink", MIG mode) is whole
+        if not last.message and (len(last.links) < most or not last.links):
             cut.append(last)
     return cut
 
@@ -135,6 +138,8 @@ def _missing(fmt: str, parsed: Any) -> str:
             return f"{sections} GPU section(s) of {count} attached GPUs"
         if "[...]" in warnings:
             return "'[...]' elisions"
+        if "no 'Processes' section" in warnings:
+            return "GPU section(s) cut before their end (no 'Processes' section)"
     return WHAT_IS_MISSING.get(fmt, "a piece of the output")
 
 
@@ -168,6 +173,28 @@ def smi_check(check_id: str, ctx: NodeContext, run: Run) -> list[Finding]:
         return [skip(ctx, check_id, what)]
     facts = dict(ctx.facts, smi=replace(smi, gpus=gpus))
     return shown_only(run(replace(ctx, facts=facts)), f"{len(gpus)} GPU(s) in the pasted text")
+
+
+def text_check(check_id: str, ctx: NodeContext, run: Run) -> list[Finding]:
+    """One nvidia-smi check on whole pasted text (``-q``, the default table, CSV): a section, cell or column the
+    text does not print is not in it, whatever its header says (the table has no throttle reasons, a CSV has the
+    columns asked for), so its check is SKIP "not in the pasted text", never PASS and never "not reported"."""
+    smi = ctx.facts.get("smi")
+    if smi is None:
+        return run(ctx)
+    if check_id in ("driver.loaded", "driver.version") and not smi.driver_version and not any(
+            g.lost for g in smi.gpus):
+        return [skip(ctx, check_id, "the driver version is")]
+    if check_id not in SMI_FIELDS or not any(g.shown for g in smi.gpus):
+        return run(ctx)
+    fields, what = SMI_FIELDS[check_id]
+    gpus = tuple(g for g in smi.gpus if g.lost or all(name in g.shown for name in fields))
+    if not gpus:
+        return [skip(ctx, check_id, what)]
+    if len(gpus) == len(smi.gpus):
+        return run(ctx)
+    facts = dict(ctx.facts, smi=replace(smi, gpus=gpus))
+    return shown_only(run(replace(ctx, facts=facts)), f"{len(gpus)} of {len(smi.gpus)} GPU(s) in the pasted text")
 
 
 def _gpu_count(ctx: NodeContext, smi: Any) -> list[Finding]:

@@ -1,6 +1,7 @@
 """What ``nvdeploy validate`` prints when a run ends: the node lines, the hosts to act on, how to resume.
 
-stdout, in this order: the summary lines (not with ``-q``), with ``-v`` every finding that did not pass, the
+stdout, in this order: the summary lines (not with ``-q``), with ``-v`` every finding that did not pass or was
+waived (``SKIP  gpu017 memory.remapped_rows GPU3: WAIVED FAIL until ... (owner ...: reason; file:line): ...``), the
 baseline comparison, the folded FAIL/ERROR hosts (a line to paste into ``pdsh -w``, ``clush -w`` or ``scontrol``),
 the resume command of an interrupted run, the verdict and the report's path. Colour only on a terminal without
 ``NO_COLOR``. Everything that came from a node goes through ``safe`` (control characters shown, never sent).
@@ -17,7 +18,7 @@ import click
 from nvdeploy.config.hostrange import fold_slurm
 from nvdeploy.files import OutputError, write_atomic
 from nvdeploy.report.text import colour_wanted, failed_hosts, paint, summary_lines
-from nvdeploy.report.view import NEEDS_ACTION, needy, not_run_names, resume_command
+from nvdeploy.report.view import NEEDS_ACTION, not_run_names, noted, resume_command
 
 FAILED_HOSTS_LABEL = "FAIL/ERROR hosts:"
 RESUME_LABEL = "resume with:"
@@ -36,15 +37,15 @@ def write_failed_hosts(path: Path, hosts: list[str]) -> None:
 
 
 def verbose_lines(outcome: Any) -> list[str]:
-    """Every finding that did not pass, node by node: what the summary lines fold together."""
+    """Every finding that did not pass or was waived, node by node: what the summary lines fold together."""
     lines = []
-    for _index, node in needy(outcome.run):
+    for _index, node in noted(outcome.run):
         for finding in node.findings:
-            if finding.verdict in NEEDS_ACTION:
+            if finding.verdict in NEEDS_ACTION or finding.waiver is not None:
                 reason = f" [{finding.reason.value}]" if finding.reason is not None else ""
                 gpu = f" GPU{finding.gpu}" if finding.gpu is not None else ""
                 lines.append(f"{finding.verdict.value:5} {node.name} {finding.check}{gpu}{reason}: "
-                             f"{' '.join(finding.summary.split())}")
+                             f"{' '.join(finding.display_summary.split())}")
     return lines
 
 

@@ -62,8 +62,8 @@ _OPTIONS = [
                  "only busy or interrupted)."),
     click.option("--resume-passed", is_flag=True, help="Slurm: resume the nodes that PASS, only if nvdeploy drained "
                  "them (a reason set by someone else is never overridden)."),
-    click.option("--dry-run", "slurm_dry_run", is_flag=True, help="Slurm: print the scontrol commands (drain, "
-                 "resume, reservation) instead of running them."),
+    click.option("--slurm-dry-run", "slurm_dry_run", is_flag=True, help="Slurm: validate, and print the scontrol "
+                 "commands (drain, resume, reservation) instead of running them (--dry-run: plan only, run nothing)."),
     click.option("--maintenance", "maintenance_s", type=Duration(), default=None, help="Slurm: hold the nodes in a "
                  "maintenance reservation (flags=maint, named after the run) for DURATION (2h, 90m) during the "
                  "run; deleted at the end, even on Ctrl-C."),

@@ -47,7 +47,8 @@ FABRIC_HEALTH = (
 FABRIC_FIELDS = ("fabric_state", "fabric_status", "fabric_clique_id", "fabric_cluster_uuid", "fabric_health_summary"
                  ) + tuple(name for name, _, _, _ in FABRIC_HEALTH)
 # nvmlGpuRecoveryAction_t, as nvidia-smi names it.
-RECOVERY_ACTIONS = {0: "None", 1: "GPU Reset", 2: "Node Reboot", 3: "Drain P2P", 4: "Drain and Reset"}
+# nvmlGpuRecoveryAction_t, named as NVIDIA's GPU memory error management guide names them.
+RECOVERY_ACTIONS = {0: "None", 1: "Reset", 2: "Reboot", 3: "Drain P2P", 4: "Drain and Reset"}
 RECOVERY_ACTION_FIELD = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
 
 

@@ -316,14 +316,15 @@ def _gpu_from_tree(tree: _Tree, index: int | None, bus_id: str | None, shown: bo
 
 def _assemble(fmt: str, driver: str | None, cuda: str | None, count: int | None,
               sections: Sequence[tuple[_Tree, str | None]], warnings: list[str], details: bool = True,
-              fragment: bool = False) -> SmiFacts:
+              fragment: bool = False, shown: bool = False) -> SmiFacts:
+    """``shown``: record what each GPU's section printed (a fragment's always are)."""
     complete = count is not None and count == len(sections)
     fragment = fragment and bool(sections)
     if count is not None and count != len(sections):
         warnings.append(f"nvidia-smi reports {count} attached GPU(s) but {len(sections)} GPU section(s) are present;"
                         " GPU index left unset")
     if details:
-        gpus = tuple(_gpu_from_tree(tree, i if complete else None, bus, fragment)
+        gpus = tuple(_gpu_from_tree(tree, i if complete else None, bus, fragment or shown)
                      for i, (tree, bus) in enumerate(sections))
     else:  # only how many there are (see xml_understood): empty facts, never returned to a caller
         gpus = tuple(GpuFacts(index=i if complete else None) for i in range(len(sections)))

@@ -62,8 +62,9 @@ class GpuFacts:
     # (field, NVML error name) for each field the tool tried and failed to read: UNKNOWN, GPU_IS_LOST,
     # RESET_REQUIRED, NO_PERMISSION... "Not supported" is not an error: the field is just None.
     errors: tuple[tuple[str, str], ...] = ()
-    # Of a fragment (see SmiFacts.fragment) only: the fields above whose lines or tags the input printed, N/A
-    # included. Elsewhere empty: a field a whole output leaves out is one the GPU does not report.
+    # Of pasted text (-q, the default table, CSV) and fragments: the fields above whose lines, cells, columns or
+    # tags the input printed, N/A included. Empty for whole XML: a field it leaves out is one the GPU does not
+    # report; a field pasted text leaves out is only not in the text.
     shown: tuple[str, ...] = ()
 
     def error(self, name: str) -> str | None:

@@ -139,7 +139,17 @@ def _gpu_from_csv(row: dict[str, str]) -> GpuFacts:
         if err:
             errors.append((f"ecc_uncorrectable_{kind}", err))
     values["clocks_event_reasons_active"] = _csv_reasons(row)
-    return GpuFacts(**_with_errors(values, errors))
+    return GpuFacts(**_with_errors(values, errors), shown=_csv_shown(row))
+
+
+def _csv_shown(row: dict[str, str]) -> tuple[str, ...]:
+    """The GpuFacts fields the queried columns hold: a field not queried is not in the CSV, not unreported."""
+    out = [name for name, _conv, columns in _CSV_FIELDS if any(c in row for c in columns)]
+    out += [f"ecc_uncorrectable_{kind}" for kind in ("volatile", "aggregate")
+            if any(c.startswith(f"ecc.errors.uncorrected.{kind}") for c in row)]
+    if any(re.match(r"^clocks_(?:throttle|event)_reasons\.", c) for c in row):
+        out.append("clocks_event_reasons_active")
+    return tuple(out)
 
 
 def parse_csv(text: str) -> SmiFacts:
@@ -187,5 +197,6 @@ def _retired_pages_csv(rows: list[dict[str, str]], driver: str | None, count: in
         first = members[0]
         gpus.append(GpuFacts(name=_clean(first.get("name")), uuid=_clean(first.get("uuid")),
                              serial=_clean(first.get("serial")), pci_bus_id=_clean(first.get("pci.bus_id")),
-                             retired_pages_double_bit=len(real) if supported else None))
+                             retired_pages_double_bit=len(real) if supported else None,
+                             shown=("name", "uuid", "serial", "pci_bus_id", "retired_pages_double_bit")))
     return SmiFacts(driver, None, count, tuple(gpus), tuple(warnings), "csv")

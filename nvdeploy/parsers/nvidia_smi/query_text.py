@@ -93,18 +93,27 @@ def parse_text(text: str) -> SmiFacts:
         else:
             sections.pop(0)
     count = _int(top.get("attached_gpus"))
+    # Every GPU section of a whole -q ends with its "Processes" (R590+ prints "Capabilities" after it): a section
+    # without one was cut before its end (the first 40 lines of a paste), or is a `-q -d` selection.
+    cut = sum(1 for tree, _bus in sections if not any(path[0] == "processes" for path in tree))
+    if cut:
+        warnings.append(f"{cut} GPU section(s) with no 'Processes' section: cut before their end (or a -q -d "
+                        "selection); the sections not printed are not in the text")
     # -q text is pasted, never collected: without 'Attached GPUs', with fewer GPU sections than it says (a
-    # piece, or a `-i` selection) or with elisions, what it leaves out says nothing about the node.
+    # piece, or a `-i` selection), with a section cut short or with elisions, what it leaves out says nothing
+    # about the node.
     return _assemble("text", version_of(top.get("kmd_version"), top.get("driver_version")),
                      version_of(top.get("cuda_umd_version"), top.get("cuda_version")), count, sections, warnings,
-                     fragment=elided or count is None or count != len(sections))
+                     fragment=elided or count is None or count != len(sections) or bool(cut), shown=True)
 
 
-_TABLE_GPU_RE = re.compile(r"^(\d+)\s+(.+?)\s+(On|Off)$")
+# The first cell ends with Persistence-M (On/Off) on Linux, with Driver-Model (WDDM, TCC, MCDM) on Windows, which
+# has no persistence mode.
+_TABLE_GPU_RE = re.compile(r"^(\d+)\s+(.+?)\s+(On|Off|WDDM|TCC|MCDM)$")
 # A GPU's first or second row of the default table, recognisable without the table's title or column header.
 # Bounded repeats: a hostile long line must not make the search quadratic.
 TABLE_ROW_RE = re.compile(
-    r"^\|\s{1,8}\d{1,4}\s+\S[^|\n]{0,80}?\s(?:On|Off)\s{1,8}\|\s{1,8}[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}"
+    r"^\|\s{1,8}\d{1,4}\s+\S[^|\n]{0,80}?\s(?:On|Off|WDDM|TCC|MCDM)\s{1,8}\|\s{1,8}[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}"
     r"\.[0-9A-Fa-f]\s{1,8}(?:On|Off)\s{1,8}\|"
     r"|^\|\s{0,8}(?:\d{1,3}%|N/A|ERR!)\s{1,8}-?\d{1,3}C\s{1,8}\S{1,6}\s[^|\n]{0,40}?\d{1,5}W\s{0,8}/\s{0,8}\d{1,5}W"
     r"\s{0,8}\|\s{0,12}\d{1,7}MiB\s{0,8}/\s{0,8}\d{1,7}MiB\s{0,8}\|", re.MULTILINE)
@@ -120,6 +129,7 @@ def _parse_table(lines: list[str], warnings: list[str], titled: bool = True) -> 
     rows: list[dict[str, Any]] = []
     current: dict[str, Any] | None = None
     in_gpu_table = True
+    windows = False
     for line in lines:
         if driver is None and (m := _TABLE_DRIVER_RE.search(line)):
             driver = version_of(m.group(1))
@@ -137,12 +147,16 @@ def _parse_table(lines: list[str], warnings: list[str], titled: bool = True) -> 
             continue
         gpu_row = _TABLE_GPU_RE.match(cells[0])
         if gpu_row:
-            current = {"row": 1, "index": int(gpu_row.group(1)), "name": gpu_row.group(2),
-                       "persistence_mode": gpu_row.group(3) == "On"}
+            current = {"row": 1, "index": int(gpu_row.group(1)), "name": gpu_row.group(2)}
+            if gpu_row.group(3) in ("On", "Off"):
+                current["persistence_mode"] = gpu_row.group(3) == "On"
+            elif not windows:
+                windows = True
+                warnings.append(f"Windows table (Driver-Model {gpu_row.group(3)}): no persistence mode on Windows")
             rows.append(current)
             bus = _BUS_ID_RE.search(cells[1]) if len(cells) > 1 else None
             current["pci_bus_id"] = bus.group(1) if bus else None
-            if len(cells) > 2 and (cells[2].isdigit() or not titled):
+            if len(cells) > 2 and (cells[2].isdigit() or cells[2] == "N/A" or not titled):
                 current["ecc_uncorrectable_volatile"] = _int(cells[2])
             if current["name"].endswith("..."):
                 warnings.append(f"GPU {current['index']} name truncated by the table layout: {current['name']!r}")
@@ -159,11 +173,9 @@ def _parse_table(lines: list[str], warnings: list[str], titled: bool = True) -> 
                 current["memory_total_mib"] = int(m.group(1))
         elif current["row"] == 3 and len(cells) > 2:
             current["mig_mode"] = _bool(cells[2])
-    if titled:
-        gpus = tuple(GpuFacts(**{k: v for k, v in r.items() if k != "row"}) for r in rows)
-    else:  # what each row printed is what the fragment shows (N/A included)
-        gpus = tuple(GpuFacts(**{k: v for k, v in r.items() if k != "row"},
-                              shown=tuple(k for k in _TABLE_KEYS if k in r)) for r in rows)
+    # What each row printed (N/A included) is all the table shows: the rest of a GPU is not in it.
+    gpus = tuple(GpuFacts(**{k: v for k, v in r.items() if k != "row"},
+                          shown=tuple(k for k in _TABLE_KEYS if k in r)) for r in rows)
     if not gpus:
         warnings.append("nvidia-smi table without GPU rows")
     elif not titled:

@@ -81,7 +81,7 @@ def test_drain_failed_resume_only_what_nvdeploy_drained(slurm: SlurmTestCluster,
     slurm.cmd("scontrol", "update", "nodename=node4", "state=drain", f"reason={ours}")
     path = inventory(tmp_path, "slurm: {partition: debug, states: [idle, drained]}", vars_="connection: sim",
                      extra="      hosts:\n        node2: {sim_faults: [gpu_missing, xid79]}\n")
-    dry = validate(slurm, path, tmp_path, "--drain-failed", "--resume-passed", "--dry-run")
+    dry = validate(slurm, path, tmp_path, "--drain-failed", "--resume-passed", "--slurm-dry-run")
     assert dry.returncode == 1
     assert "dry-run: scontrol update nodename=node2 state=drain 'reason=nvdeploy " in dry.stderr
     assert "dry-run: scontrol update nodename=node4 state=resume" in dry.stderr

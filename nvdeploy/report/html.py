@@ -31,6 +31,7 @@ from nvdeploy.report.view import (
     action_list,
     action_text,
     attention,
+    firmware_rows,
     fold_phase_nodes,
     matrix,
     not_run,
@@ -280,6 +281,7 @@ def write_html(run: RunResult, out: IO[bytes], diff: Optional[RunDiff] = None, r
         rows=rows, not_run_count=len(unrun), not_run_hosts=not_run_hosts, not_run_text=not_run_text(run, run_dir),
         resume_command=resume_command(run, run_dir),
         cell_text=CELL_TEXT, cluster_findings=list(run.cluster_findings), sizing_rows=_sizing_rows(run, briefs),
+        firmware=firmware_rows(run),
         diff=diff, diff_groups=diff_groups, charts=bandwidth_charts(run), low_pct=LOW_PCT, sections=sections,
         burnin_charts=burned, burnin_left_out=burnin_left_out,
         excerpts_dropped=dropped, all_nodes=all_nodes, waived=waived, data=data, script=Markup(script),  # noqa: S704

@@ -331,3 +331,32 @@ def fold_phase_nodes(nodes: Sequence[Mapping[str, Any]], limit: int = 200) -> li
         names = group.pop("names")
         out.append({**group, "hosts": fold(names), "count": len(names)})
     return out
+
+
+def firmware_rows(run: RunResult) -> list[dict[str, Any]]:
+    """The firmware table (results.json ``facts.firmware``, {component: {unit: version}}): one row per component and
+    version with the folded hosts that run it, components in the order first seen, the majority version first; a
+    component with more than one version is marked ``mixed``. From the briefs of a spooled run (they keep the
+    firmware fact), else from the nodes."""
+    briefs = getattr(run.nodes, "briefs", None)
+    sources = ((b.name, b.facts.get("firmware")) for b in briefs) if briefs is not None else \
+        ((n.name, n.facts.get("firmware")) for n in run.nodes)
+    table: dict[str, dict[str, list[str]]] = {}
+    for name, firmware in sources:
+        if not isinstance(firmware, Mapping):
+            continue
+        for component, units in firmware.items():
+            if not isinstance(units, Mapping):
+                continue
+            versions = table.setdefault(str(component), {})
+            for version in dict.fromkeys(str(v) for v in units.values()):
+                hosts = versions.setdefault(version, [])
+                if not hosts or hosts[-1] != name:
+                    hosts.append(name)
+    rows = []
+    for component, versions in table.items():
+        ordered = sorted(versions.items(), key=lambda kv: -len(kv[1]))
+        for version, hosts in ordered:
+            rows.append({"component": component, "version": version, "hosts": fold(hosts), "count": len(hosts),
+                         "mixed": len(versions) > 1})
+    return rows

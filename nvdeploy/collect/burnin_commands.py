@@ -110,7 +110,7 @@ LOAD_SCRIPT = r"""d=$1; lvl=$2; dt=$3; nt=$4; ic=$5; done_file=$6; shift 6
 end=$(( $(date +%s) + d ))
 n=0; quick=0
 trap 'exit 143' HUP INT TERM
-trap '[ "$done_file" = - ] || : > "$done_file"' EXIT
+trap '[ "$done_file" = - ] || (set -C; : >"$done_file") 2>/dev/null' EXIT
 while :; do
   n=$((n+1)); t0=$(date +%s)
   echo "@@iteration $n dcgm $(date '+%Y/%m/%d %H:%M:%S')"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from nvdeploy.parsers.ibstat import IbFacts
+from nvdeploy.parsers.nvidia_smi.fields import NA_VALUES
 from nvdeploy.parsers.text import prepare
 
 # Component ids, in the order reports list them; a NIC's is suffixed with its CA type ("nic.firmware[MT4129]"),
@@ -37,8 +38,6 @@ _XML_GPU_RE = re.compile(r"<gpu\s+id=\"([^\"]*)\"\s*>")
 _XML_TAG_RE = re.compile(r"<(" + "|".join(_XML_TAGS) + r")>([^<]*)</\1>")
 _TEXT_GPU_RE = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$", re.MULTILINE)
 _TEXT_LINE_RE = re.compile(r"^\s*([A-Za-z][A-Za-z ]*?)\s*:\s*(.*?)\s*$", re.MULTILINE)
-_UNREAD = {"", "n/a", "na", "not supported", "unknown", "unknown error", "not available", "insufficient permissions",
-           "gpu is lost", "gpu requires reset"}
 
 
 @dataclass(frozen=True)
@@ -73,7 +72,7 @@ def _value(raw: str) -> Optional[str]:
     value = raw.strip()
     if len(value) >= 2 and value[0] == "[" and value[-1] == "]":
         value = value[1:-1].strip()
-    return None if value.lower() in _UNREAD else value
+    return None if value.lower() in NA_VALUES else value
 
 
 def _gpu_items(index: int, found: Mapping[str, str]) -> list[FirmwareItem]:

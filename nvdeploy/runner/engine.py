@@ -247,9 +247,13 @@ class NodeRunner:
         # A collector that loads no GPU (storage) runs beside GPU compute processes: the busy guard is about GPUs.
         gate_no_gpu = heavy_skip(light, facts, self.options.allow_busy, loads_gpu=False)
         batches = [[spec] for spec in heavy] + burnin_batches(burn_in) + [[spec] for spec in after]
+        readings = {spec.name for spec in after}
+        loaded = False  # a test that loads the GPUs ran: only then is there something for the later reads to see
         interrupted_skip = INTERRUPTED_SKIP
         for batch in batches:
             spec = batch[0]
+            if spec.name in readings and not loaded:
+                continue
             if self.stopping.is_set():
                 skipped.update({s.name: interrupted_skip for s in batch})
                 continue
@@ -274,6 +278,7 @@ class NodeRunner:
             except TransportError as exc:  # the connection dropped mid-test: that check is ERROR, not the run
                 reason = ErrorReason.INTERRUPTED if self.stopping.is_set() else exc.reason  # closed by the interrupt
                 ran = [CommandResult(s.name, s.display, None, error=reason, error_detail=exc.detail) for s in batch]
+            loaded = loaded or (loads_gpu and spec.name not in readings)
             if burning and self.options.burn_in_s is not None and any(
                     r.error is ErrorReason.INTERRUPTED for r in ran):
                 # How far the burn-in got, for the operator deciding whether to --resume it; the kernel log after

@@ -401,7 +401,7 @@ def test_interrupted_report_names_not_run_nodes_once_and_the_resume_command_on_t
 
 
 def test_a_waived_finding_reads_waived_with_owner_and_expiry(browser, tmp_path):
-    """Issue 33 item 8: a waived FAIL is WAIVED in the matrix (not the grey SKIP of "not applicable"), its cell leads
+    """A waived FAIL is WAIVED in the matrix (not the grey SKIP of "not applicable"), its cell leads
     to the waived findings, which say what it was, who accepted it, why and until when; so does the cluster table
     for a cluster finding waived with its node findings."""
     waivers = tmp_path / "waivers.yaml"

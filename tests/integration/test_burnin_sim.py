@@ -58,7 +58,7 @@ def test_burn_in_catches_throttle_after_and_passes_a_healthy_node(tmp_path, monk
     outcome = run(tmp_path, {"good": [], "hot": ["throttle_after:2:6"]})
     good = findings(outcome, "good", "burnin.stability")
     assert len(good) == 8 and {f.verdict for f in good} == {Verdict.PASS}
-    # Sampled until the load's end: its second iteration runs past the 5 minutes to 6 (issue 34 item 5).
+    # Sampled until the load's end: its second iteration runs past the 5 minutes to 6.
     assert "181 samples over 6m00s" in good[0].summary
     assert [f.verdict for f in findings(outcome, "good", "burnin.load")] == [Verdict.PASS]
     hot = {f.gpu: f for f in findings(outcome, "hot", "burnin.stability")}

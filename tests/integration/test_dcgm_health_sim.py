@@ -98,3 +98,13 @@ def test_watches_read_again_after_the_heavy_tests_show_what_the_first_read_could
     # the second read is the node's last round trip: after the heavy tests
     late_batches = [b for b in batches if "dcgm_health_after" in b]
     assert late_batches == [["dcgm_health_after"], ["dcgm_health_after"]]
+
+
+def test_no_second_read_on_a_node_whose_heavy_tests_were_held_back(tmp_path, monkeypatch):
+    """A busy node runs no heavy test (the busy guard): nothing was loaded, so there is no "after the heavy tests"
+    read to make, and dcgm.health says what its first read said."""
+    batches = spy_batches(monkeypatch)
+    outcome = run(tmp_path, {"busy": ["gpu_busy"]}, level="standard")
+    assert not any("dcgm_health_after" in b for b in batches), batches
+    found = health(outcome, "busy")[1]
+    assert [f.verdict for f in found] == [Verdict.PASS] and "read again" not in found[0].summary

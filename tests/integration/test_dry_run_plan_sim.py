@@ -86,3 +86,23 @@ def test_a_normal_run_is_not_a_plan(tmp_path):
     done = run_install(inv, CATALOG, PhaseOptions(), tmp_path / "r", INSTALL)
     assert not done.run.plan and done.run.verdict is ClusterVerdict.READY
     assert json.loads((done.run_dir / "results.json").read_text())["kind"] == "verdict"
+
+
+def test_a_plans_prometheus_file_says_plan_and_passes_promtool(tmp_path):
+    import os
+    import shutil
+    import subprocess
+
+    from nvdeploy.report.prometheus import render_prometheus
+
+    inv = inventory(tmp_path, {"gpu01": []})
+    plan = run_install(inv, CATALOG, PhaseOptions(dry_run=True), tmp_path / "plan", INSTALL)
+    text = render_prometheus(plan.run)
+    assert 'verdict="PLAN"} 1' in text and 'verdict="READY"} 0' in text
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get("NVDEPLOY_REQUIRE_SSHD"):
+            pytest.fail("promtool is required in CI but missing (.ci/run installs it with apt-get install prometheus)")
+        pytest.skip("promtool is not installed (apt-get install prometheus)")
+    done = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout + done.stderr) == (0, "")

@@ -1,4 +1,4 @@
-"""Issue 34: fleet.performance, burn-in and their rules over a simulated fleet that behaves as real GPUs do under
+"""fleet.performance, burn-in and their rules over a simulated fleet that behaves as real GPUs do under
 DCGM's plugins (nvdeploy/sim/burnin_tool.py PHASES: clocks follow the plugin, power-capped GEMM and Targeted Power
 with SW power cap on every GPU, per-sample noise; sim/perf.py: a slow-GEMM GPU whose clock stays normal, +-1% spread).
 

@@ -112,7 +112,7 @@ def test_planned_specs_carry_the_runs_duration_and_the_hosts_nccl_line():
         {KMSG_AFTER}
     specs = {s.name: s for s in burnin_specs(host_vars, profile, 1800, 2)}
     # Then on until the load's done file appears (its last iteration may run past the duration), at most to the
-    # load's own limit (issue 34 item 5).
+    # load's own limit.
     assert specs[SAMPLER].argv[3:7] == ("nvdeploy-burnin-sampler", "1800", "2000", str(3600 + 600 + 20 - 1))
     done_file = specs[SAMPLER].argv[7]
     assert done_file.startswith("/tmp/nvdeploy-burnin-") and done_file.endswith(".done")
@@ -231,7 +231,7 @@ def test_thermal_or_power_throttle_under_load_fails(bit):
 
 
 def test_sw_power_cap_warns_unless_the_profile_fails_it():
-    # Issue 34 item 4: under DCGM's GEMM and Targeted Power every GPU holds its power limit; the cap alone at its
+    # under DCGM's GEMM and Targeted Power every GPU holds its power limit; the cap alone at its
     # peers' clock is the load's, not a finding. With the clock 5% below its peers' under it: WARN.
     text = series(reasons=lambda g, t: 0x4 if g == 0 else 0)
     stability, _ = judge(text)
@@ -428,7 +428,7 @@ def test_profile_burnin_section_is_schema_checked():
 
 
 def test_a_load_that_fails_at_once_stops_and_its_gpus_were_never_loaded(tmp_path):
-    """Issue 34 item 6: with dcgmi and all_reduce_perf missing, the real script spun (32 iterations in 1.3 s) to the
+    """With dcgmi and all_reduce_perf missing, the real script spun (32 iterations in 1.3 s) to the
     end of the duration; now it stops after three iterations that each ended at once, and says so."""
     profile = ProfileCatalog().get("h100-sxm-8x")
     argv = list(load_argv(8, {}, profile))
@@ -443,8 +443,25 @@ def test_a_load_that_fails_at_once_stops_and_its_gpus_were_never_loaded(tmp_path
     assert load[0].verdict is Verdict.ERROR and "failed at once in 3 iterations" in load[0].summary
 
 
+def test_the_loads_done_file_is_made_new_never_written_through_a_planted_link(tmp_path):
+    """The done file lies in /tmp, where another user who read the argv could plant a link to a file root owns:
+    the load (often under sudo) creates it only when the name is free (noclobber), and leaves a planted one as is."""
+    profile = ProfileCatalog().get("h100-sxm-8x")
+    fresh = tmp_path / "fresh.done"
+    subprocess.run(list(load_argv(8, {}, profile, str(fresh))), capture_output=True, timeout=30,
+                   env={"PATH": "/usr/bin:/bin"})
+    assert fresh.is_file() and fresh.read_bytes() == b""
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    planted = tmp_path / "planted.done"
+    planted.symlink_to(victim)
+    subprocess.run(list(load_argv(8, {}, profile, str(planted))), capture_output=True, timeout=30,
+                   env={"PATH": "/usr/bin:/bin"})
+    assert victim.read_text() == "precious\n" and planted.is_symlink()
+
+
 def test_a_phase_change_is_no_clock_fall_and_a_gpu_below_its_peers_fails():
-    """Issue 34 item 3: the first tenth of a burn-in runs DCGM's memory plugin at 1980 MHz, the last tenth its
+    """The first tenth of a burn-in runs DCGM's memory plugin at 1980 MHz, the last tenth its
     power-capped GEMM at 1650 MHz: every GPU alike, no GPU got worse (it FAILed 'fell 16.7%')."""
     phases = series(clock=lambda g, t: 1980 if t < 300 else 1650)
     stability, _ = judge(phases)

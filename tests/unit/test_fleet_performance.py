@@ -104,7 +104,7 @@ def test_robust_z_alone_warns_and_fails():
 
 
 def test_a_z_only_fail_needs_a_deviation_above_repeatability():
-    # Issue 34 item 9: 19 nodes within +-0.2% and one 1.2% below is z -7.8 in so tight a fleet, yet within the
+    # 19 nodes within +-0.2% and one 1.2% below is z -7.8 in so tight a fleet, yet within the
     # tools' 1-2% repeatability: no FAIL (it FAILed); 1.6% below WARNs; at 2.5% below it FAILs.
     values = [480.0 * (1 + 0.002 * ((i % 5) - 2) / 2) for i in range(19)]
     assert judge(fleet(values + [480.0 * 0.988])).outliers == ()
@@ -116,7 +116,7 @@ def test_a_z_only_fail_needs_a_deviation_above_repeatability():
 
 
 def test_nan_and_infinite_figures_are_error_never_pass():
-    # Issue 34 item 13: a NaN compares false with every threshold.
+    # a NaN compares false with every threshold.
     nodes = [node(f"gpu{i:02d}", nccl_all_reduce_busbw_gbps=480.0) for i in range(1, 10)]
     nodes[2] = node("gpu03", nccl_all_reduce_busbw_gbps=float("nan"))
     nodes[4] = node("gpu05", nccl_all_reduce_busbw_gbps=float("inf"),
@@ -132,7 +132,7 @@ def test_nan_and_infinite_figures_are_error_never_pass():
 
 
 def test_two_populations_are_named_and_judged_apart():
-    # Issue 34 item 10: two storage tiers (or NIC speeds) in one profile, 5/5: the slow half is no outlier.
+    # two storage tiers (or NIC speeds) in one profile, 5/5: the slow half is no outlier.
     values = [10.0 + 0.05 * i for i in range(5)] + [5.0 + 0.03 * i for i in range(5)]
     result = judge_split(fleet(values), FleetRule(min_nodes=8))
     assert judge(fleet(values), FleetRule(min_nodes=8)).verdict is Verdict.FAIL  # as one fleet: half of it FAILs

@@ -119,7 +119,7 @@ def test_state_file_is_atomic_and_never_follows_a_link(tmp_path: Path) -> None:
 
 
 def test_a_fail_beside_an_error_of_another_gpu_still_drains() -> None:
-    """Issue 34 item 11: within one check ERROR outranks FAIL; the streaks are per check and GPU."""
+    """Within one check ERROR outranks FAIL; the streaks are per check and GPU."""
     both = [Finding("dcgm.diag_r2", Verdict.FAIL, "x", node="gpu7", gpu=3),
             Finding("dcgm.diag_r2", Verdict.ERROR, "y", node="gpu7", gpu=7, reason=ErrorReason.NOT_RUN)]
     first = _run(None, both)

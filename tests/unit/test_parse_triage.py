@@ -1,4 +1,4 @@
-"""``nvdeploy parse --verdicts`` on what an engineer pastes (issue 33, items 4-7): a check whose evidence is in the
+"""``nvdeploy parse --verdicts`` on what an engineer pastes: a check whose evidence is in the
 paste runs, a section the paste does not print is SKIP "not in the pasted text", every format a run parses can be
 pasted, and the Windows default table is read. Every input is a real capture (tests/fixtures/real, PROVENANCE.tsv);
 where a value is changed to make a failure, the test says which."""

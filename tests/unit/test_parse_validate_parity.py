@@ -1,4 +1,4 @@
-"""``parse --verdicts`` and ``validate`` give the same verdicts for the same text (issue 33, "Done when").
+"""``parse --verdicts`` and ``validate`` give the same verdicts for the same text.
 
 Every real capture under tests/fixtures/real that a ``parse`` format reads is judged twice: by ``nvdeploy parse
 FORMAT FILE --verdicts --profile P`` (the CLI, JSON out), and as validate judges a node, with the capture as that

@@ -268,7 +268,7 @@ def test_report_re_renders_from_the_journal_after_a_crash(tmp_path):
                                                 ("nvidia_smi_xml", "<clusterUuid>")])
 def test_excerpt_of_a_cluster_uuid_finding_marks_the_cluster_uuid_and_names_the_file_s_own_lines(tmp_path, collector,
                                                                                                   marked):
-    """Issue 33 item 13: a tray's all-zero clusterUuid is marked on its clusterUuid line, not on the GPU's PCI bus
+    """A tray's all-zero clusterUuid is marked on its clusterUuid line, not on the GPU's PCI bus
     id that finds the GPU; a one-line probe output pretty-printed is "line 1", never "lines 8-17"."""
     from _catalog_helpers import CATALOG, context, run_check, sim_results
 

@@ -53,7 +53,7 @@ def test_a_node_line_keeps_its_node_list_short_on_scattered_failures_of_a_large_
 
 
 def test_nodes_are_grouped_only_when_their_findings_are_the_same():
-    """Issue 33 item 12: two trays with different faults of one check, and a Xid 13 (MONITOR) beside a Xid 63
+    """Two trays with different faults of one check, and a Xid 13 (MONITOR) beside a Xid 63
     (RESET_GPU), are separate lines; nothing is quoted as an example for nodes it does not describe."""
     zero = "GPU0: NVLink fabric registration Completed but clusterUuid 00000000-0000-0000-0000-000000000000 (all zero)"
     sick = "GPU2: NVLink fabric registration Completed but health Unhealthy; bandwidth Degraded"

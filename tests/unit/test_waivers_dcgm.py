@@ -130,7 +130,7 @@ def test_only_the_waived_node_and_only_until_the_date(tmp_path, monkeypatch):
 
 
 def test_a_resumed_run_gives_its_remaining_nodes_the_codes_of_the_day_it_started(tmp_path, monkeypatch):
-    """Issue 33 item 11: --resume refuses new --waivers and keeps the header's; the nodes it still runs get their
+    """--resume refuses new --waivers and keeps the header's; the nodes it still runs get their
     DCGM codes from those, judged on the run's first day (here a day before the waiver lapsed), not today's."""
     from nvdeploy.phases.validate import resume_validate
 

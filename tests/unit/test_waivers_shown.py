@@ -1,4 +1,4 @@
-"""Waivers as the reader sees them (issue 33, items 8, 9 and 11): a waiver is decided once, in the run's record
+"""Waivers as the reader sees them: a waiver is decided once, in the run's record
 (``Finding.waiver``: the verdict it had, owner, reason, last day), and the terminal, ``-v``, report.html, results.json,
 junit.xml and the Prometheus file all show it from there; a cluster finding whose node findings are all waived is
 waived with them; a rebuilt or resumed run judges its waivers on the day it started."""
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from types import SimpleNamespace
@@ -117,7 +118,7 @@ def test_junit_and_prometheus_say_it_too(monkeypatch):
             f'verdict="FAIL",owner="jdoe@example.com"}} {int(end)}') in text
 
 
-# --- item 9: the cluster finding a waived node finding stands behind -----------------------------------------------
+# --- the cluster finding a waived node finding stands behind ------------------------------------------------------
 
 def fleet_nodes(slow: dict[str, float]) -> list[NodeResult]:
     names = [f"gpu{i:02d}" for i in range(1, 10)]
@@ -168,7 +169,7 @@ def test_a_stage_s_cluster_finding_is_waived_with_its_node_findings(monkeypatch)
     assert run.verdict is ClusterVerdict.READY
 
 
-# --- item 11: the run's day, not today -----------------------------------------------------------------------------
+# --- the run's day, not today -------------------------------------------------------------------------------------
 
 def test_a_rebuilt_run_judges_its_waivers_on_the_day_it_started(monkeypatch):
     # Rebuilt (nvdeploy report, --resume) a month later: the waiver lapsed since, but held when the run started.
@@ -181,3 +182,19 @@ def test_a_rebuilt_run_judges_its_waivers_on_the_day_it_started(monkeypatch):
     assert later.nodes[0].findings[1].verdict is Verdict.FAIL and later.verdict is ClusterVerdict.NOT_READY
     assert waiver_rules.run_date("2026-01-15T23:30:00-02:00") == dt.date(2026, 1, 16)  # UTC, as the waiver's date
     assert waiver_rules.run_date("") == dt.date(2026, 2, 10)  # no start known: today
+
+
+def test_promtool_accepts_the_waived_series(monkeypatch):
+    """Prometheus's own linter on the file a waived run writes (the waiver's expiry series included)."""
+    import shutil
+    import subprocess
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get("NVDEPLOY_REQUIRE_SSHD"):
+            pytest.fail("promtool is required in CI but missing (.ci/run installs it with apt-get install prometheus)")
+        pytest.skip("promtool is not installed (apt-get install prometheus)")
+    text = render_prometheus(waived_run(monkeypatch))
+    assert "nvdeploy_waived_until_seconds{" in text
+    done = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout + done.stderr) == (0, "")

@@ -12,7 +12,8 @@ from typing import Any
 from nvdeploy.parsers.nvidia_smi.model import GpuFacts, SmiFacts, _Tree
 from nvdeploy.parsers.text import prepare as _prepare
 
-_NA_VALUES = {
+# What nvidia-smi prints for a value it does not have (lower case); the firmware reader uses it too.
+NA_VALUES = {
     "", "n/a", "na", "not supported", "unknown", "unknown error", "not available", "insufficient permissions",
     "requested functionality has been deprecated", "gpu is lost", "gpu requires reset", "timeout",
 }
@@ -59,7 +60,7 @@ def _clean(value: str | None) -> str | None:
     v = value.strip()
     if len(v) >= 2 and v[0] == "[" and v[-1] == "]":
         v = v[1:-1].strip()
-    return None if v.lower() in _NA_VALUES else v
+    return None if v.lower() in NA_VALUES else v
 
 
 def _error(value: str | None) -> str | None:

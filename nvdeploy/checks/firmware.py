@@ -17,7 +17,8 @@ COLLECTORS = ("nvidia_smi_xml", "ibstat", "dmi_firmware")
 LABELS = {"gpu.vbios": "VBIOS", "gpu.inforom_image": "InfoROM image", "gpu.inforom_oem": "InfoROM OEM object",
           "gpu.inforom_ecc": "InfoROM ECC object", "gpu.inforom_pwr": "InfoROM power object",
           "gpu.gsp": "GSP firmware", "nic.firmware": "ConnectX firmware", "system.bios_version": "system BIOS",
-          "system.bios_date": "system BIOS date", "system.board_name": "board"}
+          "system.bios_date": "system BIOS date", "system.board_name": "board",
+          "system.bmc_firmware": "BMC firmware"}
 # What to flash, by component, for the remediation text.
 UPGRADE = {"gpu": "flash the GPU firmware with the server vendor's GPU firmware bundle (nvfwupd or the HGX "
                   "firmware package), then reset the GPUs",
@@ -86,18 +87,18 @@ def _applies(rule: str, component: str) -> bool:
 @register(CHECK, collectors=COLLECTORS, optional=("ibstat", "dmi_firmware"))
 def firmware_minimum(ctx: NodeContext) -> list[Finding]:
     """Reads each GPU's VBIOS, InfoROM (image, OEM, ECC, power objects) and GSP firmware from ``nvidia-smi -q -x``,
-    each ConnectX CA's firmware from ``ibstat`` ("Firmware version") and the system BIOS version and date and the
-    board name from /sys/class/dmi/id (one ``find``, no root), and records them (results.json ``firmware``: the
-    report's firmware table, ``diff`` and ``history``; firmware.consistency compares them across the profile's
-    nodes).
+    each ConnectX CA's firmware from ``ibstat`` ("Firmware version"), the system BIOS version and date and the board
+    name from /sys/class/dmi/id and the BMC's firmware revision from the kernel IPMI driver's sysfs file
+    (/sys/class/ipmi/ipmi0/device/bmc/firmware_revision; one ``find``, no root), and records them (results.json
+    ``firmware``: the report's firmware table, ``diff`` and ``history``; firmware.consistency compares them across
+    the profile's nodes).
 
     Against the profile's ``firmware.minimum`` (``{component: {version, source}}``; components ``gpu.vbios``,
     ``gpu.inforom_image``, ``gpu.gsp``, ``nic.firmware`` or ``nic.firmware[<CA type>]``, ``system.bios_version``,
-    ``system.bios_date``...; versions compared word by word, decimal, else hex as VBIOS prints them, dates as
-    dates): PASS when every part is at or above its minimum; FAIL (REINSTALL) naming each part below it, its version,
-    the minimum and its source, and what to flash. ERROR when a component with a minimum could not be read at all.
-    SKIP, with what was read, when the profile states no minimum.
-    """
+    ``system.bios_date``, ``system.bmc_firmware``...; versions compared word by word, decimal, else hex as VBIOS
+    prints them, dates as dates): PASS when every part is at or above its minimum; FAIL (REINSTALL) naming each part
+    below it, its version, the minimum and its source, and what to flash. ERROR when a component with a minimum
+    could not be read at all. SKIP, with what was read, when the profile states no minimum."""
     firmware = ctx.facts.get("firmware")
     items = tuple(firmware.items) if firmware is not None else ()
     rules = _minimums(ctx)

@@ -85,7 +85,8 @@ def _fleet_figures(value: Any) -> bool:
 # The components firmware.* compares (nvdeploy/parsers/firmware.py); a NIC's may name its CA type,
 # ``nic.firmware[MT4129]``, so that a minimum holds one ConnectX model only.
 FIRMWARE_COMPONENTS = ("gpu.vbios", "gpu.inforom_image", "gpu.inforom_oem", "gpu.inforom_ecc", "gpu.inforom_pwr",
-                       "gpu.gsp", "nic.firmware", "system.bios_version", "system.bios_date", "system.board_name")
+                       "gpu.gsp", "nic.firmware", "system.bios_version", "system.bios_date", "system.board_name",
+                       "system.bmc_firmware")
 
 
 def _firmware_component(value: Any) -> bool:

@@ -22,10 +22,11 @@ from nvdeploy.parsers.text import prepare
 GPU_COMPONENTS = ("gpu.vbios", "gpu.inforom_image", "gpu.inforom_oem", "gpu.inforom_ecc", "gpu.inforom_pwr",
                   "gpu.gsp")
 NIC_COMPONENT = "nic.firmware"
-SYSTEM_COMPONENTS = ("system.bios_version", "system.bios_date", "system.board_name")
-# The files of /sys/class/dmi/id the dmi_firmware collector prints (nvdeploy/collect/firmware_commands.py).
+SYSTEM_COMPONENTS = ("system.bios_version", "system.bios_date", "system.board_name", "system.bmc_firmware")
+# The sysfs files the dmi_firmware collector prints (nvdeploy/collect/firmware_commands.py): /sys/class/dmi/id's,
+# and the IPMI driver's BMC ``firmware_revision`` ("%u.%x": major, then the minor byte in hex).
 DMI_FILES = {"bios_version": "system.bios_version", "bios_date": "system.bios_date",
-             "board_name": "system.board_name"}
+             "board_name": "system.board_name", "firmware_revision": "system.bmc_firmware"}
 
 # XML tag / -q label (normalised) -> component.
 _XML_TAGS = {"vbios_version": "gpu.vbios", "img_version": "gpu.inforom_image", "oem_object": "gpu.inforom_oem",

@@ -46,5 +46,6 @@ from nvdeploy.sim import storage_tool  # noqa: E402,F401  isort: skip
 # The burn-in's sampler and load scripts in simulated time, and the fault throttle_after:<MIN>[:<GPU>].
 from nvdeploy.sim import burnin_tool  # noqa: E402,F401  isort: skip
 
-# Firmware: the DMI files (system BIOS, board) and the faults vbios_mismatch:<GPU>, cx_fw_old, bios_mismatch.
+# Firmware: the DMI and BMC files (system BIOS, board, BMC) and the faults vbios_mismatch:<GPU>, cx_fw_old,
+# bios_mismatch, bmc_fw_old.
 from nvdeploy.sim import firmware_tool  # noqa: E402,F401  isort: skip

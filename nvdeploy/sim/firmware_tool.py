@@ -8,6 +8,8 @@ firmware ``ibstat`` prints (nvdeploy/sim/datacenter.py). Faults:
 - ``cx_fw_old``: every compute CA of the node reports an older ConnectX firmware (28.39.1002 on MT4129,
   20.39.1002 on MT4123) in ``ibstat``.
 - ``bios_mismatch``: the node's system BIOS is an older release (version and date) than its peers'.
+- ``bmc_fw_old``: the node's BMC reports an older firmware revision than its peers' (the IPMI driver's sysfs
+  ``firmware_revision``, printed "%u.%x" by the kernel).
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from nvdeploy.sim.tools import OUTPUT_FILTERS, TOOL_HOOKS, ToolOutput, _strip_su
 OLD_VBIOS = "96.00.61.00.01"
 # CA type -> (the firmware ibstat prints on a healthy node, an older one of the same line).
 OLD_CX_FIRMWARE = {"28.41.1000": "28.39.1002", "20.41.1000": "20.39.1002"}
-BIOS = {"bios_version": "2.1", "bios_date": "03/20/2024", "board_name": "X13DEG-OAD"}
+BIOS = {"bios_version": "2.1", "bios_date": "03/20/2024", "board_name": "X13DEG-OAD", "firmware_revision": "1.4"}
 OLD_BIOS = {"bios_version": "1.6a", "bios_date": "08/11/2023"}
+OLD_BMC = {"firmware_revision": "1.2"}
 VBIOS_FAULT = re.compile(r"vbios_mismatch:(\d{1,3})")
 
 register_fault("vbios_mismatch:<GPU>", f"that GPU's VBIOS is {OLD_VBIOS} (the others: the profile's "
@@ -33,6 +36,8 @@ register_fault("vbios_mismatch:<GPU>", f"that GPU's VBIOS is {OLD_VBIOS} (the ot
 register_fault("cx_fw_old", "every compute ConnectX CA runs older firmware (ibstat 'Firmware version')")
 register_fault("bios_mismatch", f"the system BIOS is {OLD_BIOS['bios_version']} of {OLD_BIOS['bios_date']} "
                f"(peers: {BIOS['bios_version']} of {BIOS['bios_date']})")
+register_fault("bmc_fw_old", f"the BMC's firmware revision is {OLD_BMC['firmware_revision']} (peers: "
+               f"{BIOS['firmware_revision']})")
 
 
 def _odd_vbios(scenario: NodeScenario, facts: NodeFacts) -> NodeFacts:
@@ -46,8 +51,9 @@ def _odd_vbios(scenario: NodeScenario, facts: NodeFacts) -> NodeFacts:
 
 
 def dmi_output(scenario: NodeScenario) -> str:
-    values = {**BIOS, **(OLD_BIOS if scenario.has("bios_mismatch") else {})}
-    return "".join(f"\n== {path}\n{values[path.rsplit('/', 1)[-1]]}\n" for path in DMI_FIND_ARGV[1:4])
+    values = {**BIOS, **(OLD_BIOS if scenario.has("bios_mismatch") else {}),
+              **(OLD_BMC if scenario.has("bmc_fw_old") else {})}
+    return "".join(f"\n== {path}\n{values[path.rsplit('/', 1)[-1]]}\n" for path in DMI_FIND_ARGV[1:5])
 
 
 def _dmi_hook(scenario: NodeScenario, argv: Sequence[str]) -> Optional[ToolOutput]:

@@ -1,7 +1,7 @@
 """firmware.* over a simulated 16-node fleet: one GPU with an odd VBIOS (vbios_mismatch:5), one node with older
-ConnectX firmware (cx_fw_old), one with an older BIOS (bios_mismatch). firmware.consistency names exactly those
-parts, nothing else; firmware.minimum FAILs the old ConnectX firmware where a profile states a minimum; diff shows
-the firmware that changed between two runs."""
+ConnectX firmware (cx_fw_old), one with an older BIOS (bios_mismatch), one with an older BMC firmware (bmc_fw_old).
+firmware.consistency names exactly those parts, nothing else; firmware.minimum FAILs the old ConnectX firmware where
+a profile states a minimum; diff and history show the firmware that changed between two runs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from nvdeploy.cli.app import cli
 from nvdeploy.config.builtin import data_dir
 from nvdeploy.config.inventory import load_inventory
 from nvdeploy.config.profiles import ProfileCatalog
@@ -18,10 +20,12 @@ from nvdeploy.phases.validate import run_validate
 from nvdeploy.report.compare import compare_runs
 from nvdeploy.results import Verdict
 from nvdeploy.runner.engine import EngineOptions
+from nvdeploy.runner.history_db import record_run
 
 CHECKS = ("firmware.minimum", "firmware.consistency")
-VBIOS_NODE, CX_NODE, BIOS_NODE = "gpu03", "gpu07", "gpu12"
-FAULTS = {VBIOS_NODE: ["vbios_mismatch:5"], CX_NODE: ["cx_fw_old"], BIOS_NODE: ["bios_mismatch"]}
+VBIOS_NODE, CX_NODE, BIOS_NODE, BMC_NODE = "gpu03", "gpu07", "gpu12", "gpu15"
+FAULTS = {VBIOS_NODE: ["vbios_mismatch:5"], CX_NODE: ["cx_fw_old"], BIOS_NODE: ["bios_mismatch"],
+          BMC_NODE: ["bmc_fw_old"]}
 
 
 def run(tmp_path: Path, faults: dict[str, list[str]], catalog: ProfileCatalog, profile: str = "h100-sxm-8x",
@@ -59,7 +63,7 @@ def consistency(outcome) -> dict[str, list]:
 def test_exactly_the_odd_parts_are_named(outcome):
     named = {name: [(f.verdict, f.gpu, f.summary) for f in found] for name, found in consistency(outcome).items()
              if found}
-    assert set(named) == {VBIOS_NODE, CX_NODE, BIOS_NODE}
+    assert set(named) == {VBIOS_NODE, CX_NODE, BIOS_NODE, BMC_NODE}
     (vbios,) = named[VBIOS_NODE]
     assert vbios[:2] == (Verdict.WARN, 5) and "GPU 5 VBIOS 96.00.61.00.01" in vbios[2]
     assert "96.00.74.00.1C" in vbios[2]
@@ -69,7 +73,9 @@ def test_exactly_the_odd_parts_are_named(outcome):
     bios = sorted(s for _v, _g, s in named[BIOS_NODE])  # the BIOS version and its date
     assert len(bios) == 2 and any("system BIOS 1.6a" in s for s in bios) and any("08/11/2023" in s for s in bios)
     cluster = [f for f in outcome.run.cluster_findings if f.check == "firmware.consistency"]
-    assert {f.observed.split(":")[0] for f in cluster} == {VBIOS_NODE, CX_NODE, BIOS_NODE}
+    (bmc,) = named[BMC_NODE]
+    assert bmc[0] is Verdict.WARN and "BMC firmware 1.2" in bmc[2] and "1.4" in bmc[2]
+    assert {f.observed.split(":")[0] for f in cluster} == {VBIOS_NODE, CX_NODE, BIOS_NODE, BMC_NODE}
     assert all(f.verdict is Verdict.WARN for f in cluster)
 
 
@@ -111,5 +117,21 @@ def test_diff_shows_the_firmware_change(tmp_path, outcome):
     assert (VBIOS_NODE, "firmware.gpu.vbios") in changed
     assert (CX_NODE, "firmware.nic.firmware[MT4129]") in changed
     assert (BIOS_NODE, "firmware.system.bios_version") in changed
-    assert all(node in (VBIOS_NODE, CX_NODE, BIOS_NODE) for node, _c in changed)
+    assert (BMC_NODE, "firmware.system.bmc_firmware") in changed
+    assert all(node in (VBIOS_NODE, CX_NODE, BIOS_NODE, BMC_NODE) for node, _c in changed)
     shutil.rmtree(tmp_path / "base", ignore_errors=True)
+
+
+def test_history_names_the_firmware_change(tmp_path, outcome):
+    """The node's record over time says which firmware changed between its runs, and only where it changed."""
+    db = tmp_path / "history.sqlite"
+    healthy = run(tmp_path, {}, ProfileCatalog(), out="before")
+    record_run(db, healthy.run, healthy.run_dir)
+    record_run(db, outcome.run, outcome.run_dir)
+    shown = CliRunner().invoke(cli, ["history", "--db", str(db), "--node", VBIOS_NODE])
+    assert shown.exit_code == 0, shown.output
+    (changed,) = [line.strip() for line in shown.output.splitlines() if line.strip().startswith("changed ")]
+    assert changed.startswith("changed firmware.gpu.vbios: ") and "GPU 5" in changed, shown.output
+    quiet = CliRunner().invoke(cli, ["history", "--db", str(db), "--node", "gpu01"])
+    assert quiet.exit_code == 0 and "changed " not in quiet.output, quiet.output
+    shutil.rmtree(tmp_path / "before", ignore_errors=True)

@@ -74,6 +74,15 @@ def test_dmi_markers_and_placeholders():
     assert parse_dmi("").items == () and parse_dmi(b"\x00garbage").items == ()
 
 
+def test_bmc_firmware_from_the_ipmi_drivers_file():
+    """The kernel prints the Get Device ID's firmware revision as "%u.%x"; a node without an IPMI interface (a VM,
+    ipmi_si not loaded) has no marker for it, only find's complaint on stderr, and no BMC component."""
+    facts = parse_dmi("\n== /sys/class/dmi/id/bios_version\n2.1\n"
+                      "\n== /sys/class/ipmi/ipmi0/device/bmc/firmware_revision\n3.8\n")
+    assert _by(facts.items) == {("system.bios_version", ""): "2.1", ("system.bmc_firmware", ""): "3.8"}
+    assert ("system.bmc_firmware", "") not in _by(parse_dmi("\n== /sys/class/dmi/id/bios_version\n2.1\n").items)
+
+
 @pytest.mark.parametrize("component,a,b,want", [
     ("gpu.vbios", "96.00.74.00.0D", "96.00.74.00.1C", -1),
     ("gpu.vbios", "96.00.B9.00.01", "96.00.74.00.01", 1),

@@ -63,15 +63,28 @@ def _print_node(node: str, check: Optional[str], rows: list[dict[str, Any]]) -> 
         return
     click.echo(f"{node} in {len(rows)} run{'s' if len(rows) != 1 else ''}"
                + (f", check {check}" if check else ", findings that did not pass") + ":")
+    previous: Optional[dict[str, str]] = None
     for r in rows:
         versions = json.loads(r["versions"] or "{}")
         stack = ", ".join(f"{k} {v}" for k, v in sorted(versions.items()) if k in ("driver", "cuda"))
         click.echo(f"{_when(r['started_at']):16}  {r['run_id']:26}  {r['verdict']:5}  {stack}")
+        # A firmware flash or a stack upgrade between two windows is often what a new finding follows from.
+        for line in version_changes(previous, versions):
+            click.echo(f"    changed {_short(line)}")
+        previous = versions
         for f in r["findings"]:
             gpu = f" GPU{f['gpu']}" if f["gpu"] is not None else ""
             observed = f" (observed {f['observed']}{' ' + f['unit'] if f['unit'] else ''})" \
                 if check and f["observed"] is not None else ""
             click.echo(f"    {f['verdict']:5} {f['check_id']}{gpu}: {_short(f['summary'])}{observed}")
+
+
+def version_changes(before: Optional[dict[str, str]], after: dict[str, str]) -> list[str]:
+    """'component: old -> new' for every version that differs from the node's previous run (none for its first)."""
+    if before is None:
+        return []
+    return [f"{key}: {before.get(key, 'absent')} -> {after.get(key, 'absent')}"
+            for key in sorted(set(before) | set(after)) if before.get(key) != after.get(key)]
 
 
 def _print_figure(node: str, figure: str, rows: list[dict[str, Any]]) -> None:

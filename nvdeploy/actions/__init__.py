@@ -28,6 +28,6 @@ def __getattr__(name: str) -> Any:
     # they import. Importing the modules registers their actions.
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from nvdeploy.actions import base, gpu, imex, packages, system  # noqa: F401
+    from nvdeploy.actions import base, gpu, imex, mig, packages, system  # noqa: F401
 
     return getattr(base, name)

@@ -1,11 +1,13 @@
 """Clocks and thermals (throttle reasons, temperature, power limit) and MIG mode, from the GPU facts of
-``nvidia-smi -q -x`` (no extra command)."""
+``nvidia-smi -q -x`` (no extra command), and the MIG layout where one is named (checks/mig_layout.py)."""
 
 from __future__ import annotations
 
 from nvdeploy.checks.common import SMI, gpu_label, smi_gate, split_gpus
 from nvdeploy.checks.gating import section
+from nvdeploy.checks.mig_layout import layout_findings
 from nvdeploy.checks.registry import NodeContext, register
+from nvdeploy.collect.mig_commands import MIG_LCI, MIG_LGI
 from nvdeploy.results import ErrorReason, Finding, Remediation, Verdict
 
 POWER_TOLERANCE_W = 1.0
@@ -115,20 +117,33 @@ def clocks_power_limit(ctx: NodeContext) -> list[Finding]:
                         observed=expected, expected=expected, unit="W", collector=SMI)]
 
 
-@register("gpu.mig", collectors=(SMI,))
+@register("gpu.mig", collectors=(SMI, MIG_LGI, MIG_LCI), optional=(MIG_LGI, MIG_LCI))
 def gpu_mig(ctx: NodeContext) -> list[Finding]:
-    """Reads each GPU's current MIG mode from ``nvidia-smi -q -x``.
+    """Reads each GPU's current MIG mode from ``nvidia-smi -q -x``; where the host var ``mig_config`` names a MIG
+    layout (mig-parted format, from ``mig_config_file``), also its GPU and compute instances
+    (``nvidia-smi mig -lgi`` / ``-lci``, collected only on such hosts).
 
-    PASS: every MIG-capable GPU is in the MIG mode the profile's ``mig.enabled`` states (default: disabled, whole
-    GPUs for training). FAIL (TUNE: ``nvidia-smi -i N -mig 0|1`` then a GPU reset) for a GPU in the other mode:
-    NCCL and DCGM diagnostics do not run across MIG instances. SKIP when no GPU supports MIG and none is expected.
-    ERROR naming a GPU whose MIG mode could not be read, or reads N/A while its peers report one; FAIL (ISOLATE)
-    for a lost GPU.
+    Without a layout: PASS when every MIG-capable GPU is in the MIG mode the host var ``mig_enabled`` or else the
+    profile's ``mig.enabled`` states (default: disabled, whole GPUs for training). FAIL (TUNE:
+    ``nvidia-smi -i N -mig 0|1`` then a GPU reset) for a GPU in the other mode: NCCL and DCGM diagnostics do not
+    run across MIG instances. SKIP when no GPU supports MIG and none is expected. ERROR naming a GPU whose MIG mode
+    could not be read, or reads N/A while its peers report one; FAIL (ISOLATE) for a lost GPU.
+
+    With a layout: PASS when every GPU the layout selects has its MIG mode and exactly its GPU instance profiles
+    and counts, each instance with a compute instance. FAIL (TUNE: ``nvdeploy optimize --tags mig`` applies the
+    layout) per GPU that differs, naming the GPU and what differs (mode, expected vs found profiles and counts, an
+    instance without a compute instance). ERROR when a listing did not run, failed or needs root (``sudo: true``),
+    or a GPU's PCI device ID is unknown where the layout filters on it. GPUs the layout does not select are not
+    judged (mig-parted leaves them alone too).
     """
-    want = bool(section(ctx, "mig").get("enabled", False))
+    # The host var mig_enabled overrides the profile, as it does for optimize's mig step.
+    override = ctx.host_vars.get("mig_enabled")
+    want = override if isinstance(override, bool) else bool(section(ctx, "mig").get("enabled", False))
     gated = smi_gate(ctx, "gpu.mig")
     if gated:
         return gated
+    if ctx.host_vars.get("mig_config"):
+        return layout_findings(ctx)
     gpus = ctx.facts["smi"].gpus
     split = split_gpus(ctx, "gpu.mig", "MIG mode", ("mig_mode",), required=False)
     capable = split.known

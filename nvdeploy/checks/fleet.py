@@ -141,6 +141,12 @@ FIGURES = (
            "node's best pair)", "Gb/s", False, "rdma.gpudirect",
            hint="check the node's HCA and GPU placement (nvidia-smi topo -m), nvidia-peermem, the HCA firmware, its "
            "ports, cables and switch ports, then re-test it with another node"),
+    # Per rail (GPUk/NIC, the rail map's): a node's rail against the same rail of its peers; a bad port, cable or
+    # transceiver slows one rail and every all-reduce with it, while the node's best rail still looks healthy.
+    Figure("rdma_gpudirect_rail", "rdma_gpudirect_rail_gbps", "GPUDirect RDMA write bandwidth", "Gb/s", False,
+           "rdma.gpudirect", per_path=True, key_format="{what} of rail {key}",
+           hint="check that rail's port and cable, its transceiver and switch port (ibstat, ib.ports), the NIC's "
+           "firmware and its PCIe path to the GPU (nvidia-smi topo -m), then re-test it with another node"),
     # Set by the multi-node stage (phases/multinode.py), which runs before this check, with --nccl-pattern pairwise.
     Figure("nccl_pair_busbw", "nccl_pair_busbw_gbps", "two-node nccl-tests all_reduce busbw (pairwise, the node's "
            "best pair)", "GB/s", False, "nccl.multinode with --nccl-pattern pairwise",
@@ -460,7 +466,11 @@ def _node_finding(figure: Figure, profile: str, judgement: Judgement, rule: Flee
     if not figure.higher_is_better:
         return _hot_finding(figure, profile, judgement, rule, outlier)
     sample = outlier.sample
-    where = f"GPU{sample.gpu}: " if sample.gpu is not None else ""
+    if sample.gpu is None and figure.id == "rdma_gpudirect_rail" and figure.key and figure.key.startswith("GPU"):
+        # A rail's key is GPUk/NIC: the finding carries the GPU, its text names the NIC.
+        gpu = figure.key[3:].split("/", 1)[0]
+        sample = replace(sample, gpu=int(gpu)) if gpu.isdigit() else sample
+    where = f"GPU{sample.gpu}: " if sample.gpu is not None and figure.id != "rdma_gpudirect_rail" else ""
     threshold = (f"FAIL at {rule.fail_pct:g}% below, or robust z <= -{rule.fail_z:g} with {rule.fail_min_pct:g}% below"
                  if outlier.verdict is Verdict.FAIL else
                  f"WARN at {rule.warn_pct:g}% below, or robust z <= -{rule.warn_z:g} with {rule.z_min_pct:g}% below")
@@ -550,6 +560,8 @@ def _doc() -> str:
     rule = DEFAULT_RULE
 
     def scope(figure: Figure) -> str:
+        if figure.per_path and figure.id == "rdma_gpudirect_rail":
+            return ", per rail: each GPU's rail (GPUk/NIC) among the same rail of the other nodes"
         if figure.per_path and figure.key_format != Figure.key_format:
             return ", per GPU slot: each GPU among the same GPU of the other nodes"
         if figure.per_path:

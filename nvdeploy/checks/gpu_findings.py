@@ -19,6 +19,8 @@ GPU_CHECKS = frozenset({
     # NVLink, DCGM, copy bandwidth and burn-in, by GPU.
     "nvlink.links", "nvlink.topology", "dcgm.health", "dcgm.diag_r1", "dcgm.diag_r2", "dcgm.diag_r3", "dcgm.diag_r4",
     "dcgm.gemm", "nvbandwidth.copies", "burnin.stability",
+    # A GPU's GPUDirect rail: its nearest NIC (rdma.rails) and the rail's perftest runs (the cluster stage).
+    "rdma.rails", "rdma.gpudirect",
     # The cluster stage: a GPU's figure against its peers, and a tray's GPU in nvloom.
     "fleet.performance", "fleet.drift", "nvloom.domain",
 })

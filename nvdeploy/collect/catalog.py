@@ -11,7 +11,7 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Optional
 
-from nvdeploy.collect import burnin_commands, firmware_commands, storage_commands
+from nvdeploy.collect import burnin_commands, firmware_commands, mig_commands, storage_commands
 from nvdeploy.collect import datacenter as collect_catalog
 from nvdeploy.collect import stack as collect_stack
 from nvdeploy.collect.collector import Collector, build_collectors
@@ -56,7 +56,7 @@ COMPANIONS: dict[str, tuple[str, ...]] = {"nvidia_smi_xml": ("nvml_probe",)}
 # anything by being imported. Tests may add to it (monkeypatch.setitem).
 COLLECTORS: dict[str, Collector] = build_collectors(
     (NVIDIA_SMI_XML, LSPCI, KMSG, SUDO_CHECK, NVML_PROBE), collect_catalog.COLLECTORS, collect_stack.COLLECTORS,
-    storage_commands.COLLECTORS, burnin_commands.COLLECTORS, firmware_commands.COLLECTORS)
+    storage_commands.COLLECTORS, burnin_commands.COLLECTORS, firmware_commands.COLLECTORS, mig_commands.COLLECTORS)
 
 
 def specs_for(names: Iterable[str], host_vars: Mapping[str, Any], heavy: bool,

@@ -4,7 +4,7 @@ bare copy of the package and recognise them."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from nvdeploy.transport.node_paths import SAFE_DIR_SH
 
@@ -130,8 +130,10 @@ def docker_run_argv(image: str) -> tuple[str, ...]:
     return ("docker", "run", "--rm", "--pull=never", "--gpus", "all", image, "nvidia-smi", "-L")
 
 
-def ib_write_bw_argv(hca: str, gpu: int, server: str = "") -> tuple[str, ...]:
+def ib_write_bw_argv(hca: str, gpu: int, server: str = "", port: Optional[int] = None) -> tuple[str, ...]:
     """perftest's RDMA write bandwidth with the buffer in GPU ``gpu`` (GPUDirect RDMA): 5 s at 64 KiB messages,
-    Gb/s; the server without an address, the client with the server's."""
-    argv = ("ib_write_bw", "-d", hca, f"--use_cuda={gpu}", "-F", "--report_gbits", "-D", "5")
+    Gb/s; the server without an address, the client with the server's. ``port``: the TCP port the two sides meet
+    on (``-p``; perftest's default is 18515, so servers running side by side on one node each need their own)."""
+    argv = ("ib_write_bw", "-d", hca, f"--use_cuda={gpu}") + (("-p", str(port)) if port is not None else ()) + (
+        "-F", "--report_gbits", "-D", "5")
     return argv + ((server,) if server else ())

@@ -116,6 +116,14 @@ VAR_SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
     "ib_hcas": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
                 "a non-negative integer (InfiniBand HCAs expected Active; overrides the profile's ib.hcas)"),
     "ib_rate_gbps": (_is_positive_number, "a positive number (Gb/s per IB port; overrides the profile's ib.rate_gbps)"),
+    # rdma.gpudirect (nvdeploy/phases/gpudirect.py): just this rail of the node instead of its rail map's every rail.
+    "gpudirect_hca": (lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,63}", v) is not None,
+                      "an RDMA device name, e.g. mlx5_0 (test just this NIC's GPUDirect rail)"),
+    "gpudirect_gpu": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+                      "a non-negative integer (the GPU index whose GPUDirect rail alone is tested)"),
+    "gpudirect_timeout": (_is_positive_number, "a positive number of seconds (each rail's ib_write_bw client)"),
+    "gpudirect_address": (lambda v: isinstance(v, str) and _valid_address(v),
+                          "a host name or IP address (where the node's perftest servers are reached)"),
     # install / optimize (playbooks/install.yaml, playbooks/optimize.yaml; nvdeploy/actions/).
     "driver_branch": (lambda v: isinstance(v, str) and re.fullmatch(r"\d{3}", v) is not None,
                       "a quoted driver branch of three digits, e.g. \"550\""),
@@ -140,6 +148,11 @@ VAR_SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
     "cpu_governor": (lambda v: v in ("performance", "powersave", "schedutil", "ondemand"),
                      "one of performance, powersave, schedutil, ondemand"),
     "mig_enabled": (lambda v: isinstance(v, bool), "true or false (overrides the profile's mig.enabled)"),
+    # MIG layouts in mig-parted's format (nvdeploy/config/mig_config.py, nvdeploy/actions/mig.py).
+    "mig_config": (lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,126}", v) is not None,
+                   "a MIG layout name of mig_config_file (or all-disabled / all-enabled), e.g. all-1g.10gb"),
+    "mig_config_file": (lambda v: isinstance(v, str) and v != "" and "\n" not in v,
+                        "a path on the controller to a mig-parted config (version: v1, mig-configs)"),
     # The GPU stack around the driver (nvdeploy/checks/mps.py).
     "mps": (lambda v: isinstance(v, bool), "true or false (gpu.mps: the MPS control daemon must run)"),
     "mps_pipe_dir": (lambda v: isinstance(v, str) and v.startswith("/"),
@@ -629,6 +642,9 @@ def load_inventory(path: Union[str, Path], catalog: Any = None, *, slurm_groups:
         ansible.read_ini(_read_text(file), file, builder)
         stem = Path(file).stem
     hosts, groups = builder.resolve()
+    from nvdeploy.config.mig_config import check_hosts
+
+    hosts = check_hosts(hosts, file)
     if not hosts:
         raise ConfigError("the inventory lists no hosts", file, cluster_line, "all" if cluster_line else None)
     named = builder.groups["all"].vars.get("cluster")

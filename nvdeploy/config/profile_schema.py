@@ -52,7 +52,7 @@ def _nonnegative(value: Any) -> bool:
 # The figures fleet.performance judges (nvdeploy/checks/fleet.py FIGURES), by the name a profile gives them.
 FLEET_FIGURES = ("nccl_busbw", "dcgm_gflops", "burnin_gflops", "storage_read_gbps", "storage_write_gbps",
                  "nvbandwidth_h2d_gbps", "nvbandwidth_d2h_gbps", "burnin_sm_clock", "burnin_temperature",
-                 "rdma_gpudirect", "nccl_pair_busbw")
+                 "rdma_gpudirect", "rdma_gpudirect_rail", "nccl_pair_busbw")
 _FLEET_RULE: dict[str, tuple[Callable[[Any], bool], str]] = {
     "min_nodes": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 2, "an integer >= 2"),
     "warn_pct": (_pct, "a percentage (0-100] below the fleet's median"),

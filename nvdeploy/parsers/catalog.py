@@ -18,6 +18,7 @@ from nvdeploy.parsers.dcgm_health import parse_dcgm_health
 from nvdeploy.parsers.firmware import node_firmware, parse_dmi
 from nvdeploy.parsers.ibstat import parse_ibstat
 from nvdeploy.parsers.imex import parse_imex_files, parse_imex_query
+from nvdeploy.parsers.mig import parse_mig
 from nvdeploy.parsers.nccl_tests import parse_nccl_tests
 from nvdeploy.parsers.nvbandwidth import parse_nvbandwidth
 from nvdeploy.parsers.nvlink import parse_nvlink
@@ -30,7 +31,7 @@ from nvdeploy.parsers.stack import (
     parse_systemctl_state,
     parse_unit_file_state,
 )
-from nvdeploy.parsers.topo import parse_topo
+from nvdeploy.parsers.topo import RailMap, parse_topo, rail_map
 from nvdeploy.results import CommandResult
 
 DCGM_LEVELS = (1, 2, 3, 4)
@@ -83,6 +84,23 @@ def _cdi(result: Optional[CommandResult]) -> Any:
     return parse_cdi_list(result.text, result.err_text)
 
 
+def _rails(topo: Any, ib: Any) -> Optional[RailMap]:
+    """Each GPU's nearest compute NIC (rdma.rails, the GPUDirect stage). The compute NICs are ibstat's InfiniBand
+    ones that are not bonds (the rule of checks/ib.py is_ib_port: mlx5_bond_0 is RoCE for storage or management);
+    without ibstat, every NIC column of the matrix but bonds."""
+    if ib is None:
+        return rail_map(topo)
+    compute: list[str] = []
+    states: dict[str, tuple[int, str]] = {}
+    for device in ib.devices:
+        ports = [p for p in device.ports if (p.link_layer or "InfiniBand").strip().lower() == "infiniband"]
+        if "bond" in device.name.lower() or not ports:
+            continue
+        compute.append(device.name)
+        states[device.name] = (ports[0].port, ports[0].state or "unknown")
+    return rail_map(topo, compute, states)
+
+
 def catalog_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
     facts: dict[str, Any] = {
         "nvlink": _parse(results, "nvidia_smi_nvlink", parse_nvlink, need_rc0=True),
@@ -122,7 +140,11 @@ def catalog_facts(results: Mapping[str, CommandResult]) -> dict[str, Any]:
         "container_run_gpus": _parse(results, "container_run", docker_run_gpus),
         # The busy guard's process list (checks/heavy_gate.py), read only from a clean exit.
         "compute_apps": _parse(results, "compute_apps", parse_compute_apps, need_rc0=True),
+        # MIG instances (gpu.mig, where a layout is named): "No GPU instances found" with a non-zero exit is a fact.
+        "mig_lgi": _parse(results, "mig_lgi", parse_mig),
+        "mig_lci": _parse(results, "mig_lci", parse_mig),
     }
+    facts["rails"] = _rails(facts["topo"], facts["ib"])
     # firmware.*: the GPUs' part from the same -q -x, whatever the probe supplied; DMI read whatever find's exit
     # status (1 when a file is absent, the others still printed).
     smi = results.get("nvidia_smi_xml")

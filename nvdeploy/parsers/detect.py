@@ -119,10 +119,15 @@ _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("kmsg", re.compile(r"NVRM: Xid\b|\bXid\s*\(PCI:|\bSXid\s*\(")),
     ("nvidia-smi-text", re.compile(r"=+\s*NVSMI LOG\s*=+|^\s*Attached GPUs\s*:|"
                                    r"NVIDIA-SMI\s+\S+\s+(?:Driver|KMD) Version:", _M)),
-    # nvidia-smi mig -lgip / -lgi: a table title, or a profile / instance row without it
-    ("nvidia-smi-mig", re.compile(r"^\|\s*GPU instance(?: profile)?s:\s*\|"
+    # nvidia-smi mig -lgip / -lgi / -lci: a table title, or a profile / instance row without it
+    ("nvidia-smi-mig", re.compile(r"^\|\s*(?:GPU instance(?: profile)?s|Compute instance(?: profile)?s):\s*\|"
+                                  r"|^Successfully (?:created|destroyed) (?:GPU|compute) instance ID\s{0,3}\d"
+                                  r"|^GPU\s{1,4}\d{1,4}\s+Profile ID\s{1,4}\d{1,4}\s+Placements?\s*:"
+                                  r"|^No GPU instances found: |^Unable to (?:create|destroy) (?:a )?(?:GPU|compute) "
+                                  r"instance"
                                   r"|^\|\s{0,8}\d{1,4}\s+MIG\s+\S{1,40}\s+\d{1,4}\s+"
-                                  r"(?:\d{1,4}/\d{1,4}|\d{1,4}\s+\d{1,4}:\d{1,4})\s", _M)),
+                                  r"(?:\d{1,4}/\d{1,4}|\d{1,4}\s+\d{1,4}:\d{1,4})\s"
+                                  r"|^\|\s{0,8}\d{1,4}\s+\d{1,4}\s+MIG\s+\S{1,40}\s+\d{1,4}\s+\d{1,4}\s", _M)),
     ("nvidia-smi-text", nvidia_smi.TABLE_ROW_RE),  # default-table rows without the table's title
     ("nvidia-smi-topo", re.compile(r"^\s*GPU0\b.*\b(?:CPU Affinity|NUMA Affinity|GPU\d+)\b"
                                    # matrix rows without the header

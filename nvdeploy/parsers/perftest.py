@@ -35,6 +35,9 @@ _DEVICE = re.compile(r"Device\s*:\s*(\S+)")
 _LINK = re.compile(r"Link type\s*:\s*(\S+)")
 _GPU = re.compile(r"device name = \[(.+)\]")
 # Lines perftest prints when it cannot run or connect.
+# set_link_layer() in perftest's perftest_resources.c, when the port it was given is not ACTIVE (then " Couldn't set
+# the link layer" and exit 1): the local port is down, so this side of the run is the one to blame.
+_PORT_STATE = re.compile(r"^\s*Port number (\d+) state is (\S.*?)\s*$")
 _ERRORS = re.compile(r"(Couldn't|Unable to|Failed to|failed|ERROR|Error|No IB devices|not supported|Segmentation)",
                      re.I)
 
@@ -57,6 +60,8 @@ class PerftestResult:
     rows: tuple[PerftestRow, ...] = ()
     complete: bool = False
     errors: tuple[str, ...] = field(default_factory=tuple)
+    # (port, state) from " Port number 1 state is Down": the device's port was not Active, nothing was measured.
+    port_state: Optional[tuple[int, str]] = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "bw_gbps": self.bw_gbps}
@@ -78,7 +83,13 @@ def parse_perftest(text: str) -> PerftestResult:
     in_table = False
     complete = False
     scale = 1.0
+    port_state: Optional[tuple[int, str]] = None
     for line in text.splitlines():
+        match = _PORT_STATE.match(line)
+        if match and port_state is None:
+            port_state = (int(match.group(1)), match.group(2))
+            errors.append(line.strip()[:200])
+            continue
         if "initializing CUDA" in line:
             cuda = True
         match = _GPU.search(line)
@@ -110,4 +121,4 @@ def parse_perftest(text: str) -> PerftestResult:
                 continue
         if _ERRORS.search(line) and not line.lstrip().startswith(("WARNING", "#")):
             errors.append(line.strip()[:200])
-    return PerftestResult(test, device, link, cuda, gpu, tuple(rows), complete, tuple(errors))
+    return PerftestResult(test, device, link, cuda, gpu, tuple(rows), complete, tuple(errors), port_state)

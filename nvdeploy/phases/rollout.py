@@ -35,6 +35,8 @@ from nvdeploy.runner.record import RunRecorder, safe_name
 from nvdeploy.transport.base import CommandSpec, Transport, TransportError
 
 _SERIAL = re.compile(r"([1-9]\d*)(%?)")
+# Steps whose plan may need a reboot that --allow-reboot grants: a node is refused before any change when one does.
+REBOOTING_ACTIONS = ("node.reboot", "gpu.mig_layout")
 _VERDICT = {StepStatus.OK: Verdict.PASS, StepStatus.CHANGED: Verdict.PASS, StepStatus.WOULD_CHANGE: Verdict.PASS,
             StepStatus.SKIPPED: Verdict.SKIP, StepStatus.FAILED: Verdict.FAIL, StepStatus.NOT_RUN: Verdict.ERROR}
 
@@ -249,7 +251,7 @@ class StepRunner(NodeRunner):
         """The node's steps refused before any change when their plan needs a reboot that --allow-reboot does not
         grant (else None): a driver change under a loaded module would otherwise be installed, left unloaded,
         and the rest of the steps not run. The plan is the dry-run's, on the same connection (probes only)."""
-        if ctx.dry_run or ctx.allow_reboot or not any(p.skip is None and p.step.action == "node.reboot"
+        if ctx.dry_run or ctx.allow_reboot or not any(p.skip is None and p.step.action in REBOOTING_ACTIONS
                                                       for p in plan):
             return None
         check = ctx.planning()

@@ -23,6 +23,8 @@ from nvdeploy.checks.firmware_consistency import MUST_MATCH_FACT as FIRMWARE_MUS
 from nvdeploy.checks.heavy_gate import HeavySkip, compute_processes, skip_for
 from nvdeploy.checks.nvlink_domain import FABRIC_CHECK, tray_fact
 from nvdeploy.checks.nvlink_domain import FACT as DOMAIN_FACT
+from nvdeploy.checks.rdma import RAILS_CHECK
+from nvdeploy.checks.rdma import RAILS_FACT as GPUDIRECT_RAILS
 from nvdeploy.config.profiles import Profile
 from nvdeploy.parsers.facts import node_facts, summary_facts
 from nvdeploy.results import CommandResult, ErrorReason, Finding, Remediation, Verdict
@@ -86,6 +88,8 @@ def evaluate(job: EvaluationJob, *, given: Optional[Mapping[str, Any]] = None,
     must_match = (job.profile.extra.get("firmware") or {}).get("must_match")
     if must_match and "firmware" in summary:
         summary[FIRMWARE_MUST_MATCH] = list(must_match)  # for firmware.consistency in the cluster stage
+    if RAILS_CHECK in job.check_ids and facts.get("rails") is not None and facts["rails"].rails:
+        summary[GPUDIRECT_RAILS] = facts["rails"].to_dict()  # each GPU's NIC, for the GPUDirect stage's rails
     if job.host_vars.get("peer_group") not in (None, ""):
         # fleet.performance judges a profile's nodes by peer group (checks/fleet.py PEER_GROUP).
         summary["peer_group"] = str(job.host_vars["peer_group"])

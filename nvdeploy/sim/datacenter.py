@@ -29,6 +29,7 @@ nvdeploy/sim/nccl_tool.py):
   (nccl-tests, DCGM's CUDA tests) fail with "system not yet initialized" on NVSwitch SKUs.
 - ``ib_port_down``: ``mlx5_3`` port 1 is ``Down`` / ``Polling`` at rate 40 with LID 0 (cable pulled).
 - ``peermem_missing``: ``lsmod`` does not list ``nvidia_peermem``.
+- ``rail_down:<NIC>`` (nvdeploy/sim/perf.py): that NIC's port is ``Down`` / ``Polling`` as under ``ib_port_down``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import functools
 import hashlib
 from collections.abc import Sequence
 
+from nvdeploy.sim import perf
 from nvdeploy.sim.scenario import NodeScenario, node_facts, register_fault
 from nvdeploy.sim.tools import DRIVER_MISSING_MESSAGE, INVALID_ARGS_MESSAGE, SMI_SUBCOMMANDS, ToolOutput, register_tool
 
@@ -249,10 +251,11 @@ def _ca(name: str, ca_type: str, firmware: str, guid: str, state: str, physical:
 def _ibstat(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
     hcas, rate = ib_devices(scenario)
     ca_type, firmware = ("MT4129", "28.41.1000") if rate >= 400 else ("MT4123", "20.41.1000")
+    down_rails = perf.rails_down(scenario.faults)
     blocks = []
     for i in range(hcas):
         guid = _guid(scenario, i)
-        down = scenario.has("ib_port_down") and i == min(IB_DOWN_HCA, hcas - 1)
+        down = (scenario.has("ib_port_down") and i == min(IB_DOWN_HCA, hcas - 1)) or f"mlx5_{i}" in down_rails
         state, physical, port_rate, lid = ("Down", "Polling", 40, 0) if down else (
             "Active", "LinkUp", int(rate), 100 + 17 * i + int(guid[-2:], 16))
         blocks.append(_ca(f"mlx5_{i}", ca_type, firmware, guid, state, physical, port_rate, lid, 0 if down else 1,

@@ -19,6 +19,8 @@ from nvdeploy.sim import perf  # noqa: E402,F401  isort: skip
 # package tools (apt, dnf and the rest of install's) and nvidia-smi's settings build on systools' helpers.
 from nvdeploy.sim import state, systools  # noqa: E402,F401  isort: skip
 from nvdeploy.sim import apt_tools, dnf_tools, pkgtools, smitools  # noqa: E402,F401  isort: skip
+# MIG per GPU (nvidia-smi mig, -mig pending/reset), systemd-detect-virt, the faults mig_drift:<GPU>, vm_passthrough.
+from nvdeploy.sim import mig_tool  # noqa: E402,F401  isort: skip
 
 # mpirun across the simulated cluster (multi-node nccl-tests).
 from nvdeploy.sim import mpi_tool  # noqa: E402,F401  isort: skip

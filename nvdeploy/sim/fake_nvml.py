@@ -99,7 +99,8 @@ def fake_nvml(facts: NodeFacts) -> Any:
     nvml.nvmlDeviceGetName = lambda g: g.product_name
     nvml.nvmlDeviceGetUUID = lambda g: g.uuid
     nvml.nvmlDeviceGetSerial = lambda g: g.serial
-    nvml.nvmlDeviceGetPciInfo = lambda g: types.SimpleNamespace(busId=g.bus_id.encode())
+    nvml.nvmlDeviceGetPciInfo = lambda g: types.SimpleNamespace(busId=g.bus_id.encode(),
+                                                                pciDeviceId=int(g.pci_device_id + "10de", 16))
     nvml.nvmlDeviceGetPersistenceMode = lambda g: int(g.persistence)
     nvml.nvmlDeviceGetEccMode = lambda g: (int(g.ecc_enabled), int(g.ecc_enabled))
     nvml.nvmlDeviceGetTotalEccErrors = lambda g, kind, counter: (

@@ -38,6 +38,8 @@ FAKE_TOOLS = ("nvidia-smi", "lspci", "dmesg", "journalctl", "dcgmi", "ibstat", "
               "nvidia-imex-ctl",
               # nvbandwidth.copies (nvdeploy/sim/nvbandwidth_tool.py)
               "nvbandwidth",
+              # whether the node is a VM (a MIG mode change then needs a reboot: nvdeploy/sim/mig_tool.py)
+              "systemd-detect-virt",
               # the uptime collector's awk (nvdeploy/sim/nvl72.py); any other awk is the real one
               "awk")
 # Tools simulated only for some first arguments (a shell ``case`` pattern); every other call runs the real program,

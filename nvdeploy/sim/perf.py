@@ -16,6 +16,12 @@ Faults (``sim_faults``):
 - ``slower_gpu:<GPU>:<PCT>``: the GPU's own compute figure (DCGM Diagnostic gigaflops) at PCT% of a healthy GPU's;
   its node's nccl busbw is unchanged (a GPU slow at GEMM, as from a clock or power cap, still moves data at full
   speed). A GPU index beyond the node's GPUs means its last GPU.
+- ``rail_slow:<NIC>:<PCT>``: the GPUDirect RDMA bandwidth of every run on that NIC (``ib_write_bw -d <NIC>``, either
+  side of the pair) at PCT% of a healthy rail's, as ``slower:<PCT>`` for the node's figures; the node's other rails
+  and every other figure unchanged (a degraded cable or transceiver on one port).
+- ``rail_down:<NIC>``: that NIC's port is Down in ``ibstat`` (Polling, rate 40, LID 0, as ``ib_port_down``), and
+  ``ib_write_bw -d <NIC>`` fails as perftest does on a port that is not Active (nvdeploy/sim/stack_tools.py); a
+  client whose server's rail is down cannot connect.
 """
 
 from __future__ import annotations
@@ -31,11 +37,35 @@ _PCT = r"(?:100|[1-9][0-9]?)(?:\.[0-9]+)?"
 SLOWER = re.compile(rf"slower:({_PCT})")
 SLOWER_GPU = re.compile(rf"slower_gpu:([0-9]{{1,3}}):({_PCT})")
 
+RAIL_SLOW = re.compile(rf"rail_slow:([A-Za-z][A-Za-z0-9_]*):({_PCT})")
+RAIL_DOWN = re.compile(r"rail_down:([A-Za-z][A-Za-z0-9_]*)")
+
 register_fault("fleet_spread", "healthy measured figures vary by up to +-1%, deterministically by node name (and GPU)")
 register_fault("slower", "slower:<PCT>: every measured figure of the node (nccl busbw, DCGM gigaflops, nvbandwidth, "
                "storage, GPUDirect, burn-in clock) at PCT% of a healthy node's", pattern=SLOWER.pattern)
 register_fault("slower_gpu", "slower_gpu:<GPU>:<PCT>: that GPU's DCGM Diagnostic gigaflops at PCT% of a healthy "
                "GPU's", pattern=SLOWER_GPU.pattern)
+
+
+register_fault("rail_slow", "rail_slow:<NIC>:<PCT>: GPUDirect RDMA (ib_write_bw -d <NIC>) on that NIC's rail at "
+               "PCT% of a healthy rail's", pattern=RAIL_SLOW.pattern)
+register_fault("rail_down", "rail_down:<NIC>: that NIC's port Down in ibstat; ib_write_bw -d <NIC> fails (port state "
+               "Down), its partner cannot connect", pattern=RAIL_DOWN.pattern)
+
+
+def rail_factor(faults: Iterable[str], nic: str) -> float:
+    """The product of the ``rail_slow:<NIC>:<PCT>`` faults on ``nic`` (1.0 without one)."""
+    out = 1.0
+    for fault in faults:
+        match = RAIL_SLOW.fullmatch(fault)
+        if match and match.group(1) == nic:
+            out *= float(match.group(2)) / 100
+    return out
+
+
+def rails_down(faults: Iterable[str]) -> set[str]:
+    """The NICs of the node's ``rail_down:<NIC>`` faults."""
+    return {m.group(1) for m in (RAIL_DOWN.fullmatch(f) for f in faults) if m}
 
 
 def spread(name: str, gpu: int | None = None) -> float:

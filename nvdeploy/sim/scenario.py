@@ -40,7 +40,9 @@ Faults (each changes only what is listed; a GPU index beyond the node's GPUs mea
   nvdeploy/sim/datacenter.py). The datacenter faults (``fabricmanager_down``, ``ib_port_down``,
   ``peermem_missing``), DCGM faults (``dcgm_fail:<test>``, ``dcgm_missing``, ``hostengine_down``, ``dcgm_hang``)
   and nccl-tests faults (``nccl_low_bw``, ``nccl_wrong``, ``nccl_hang``) are documented in
-  nvdeploy/sim/datacenter.py, dcgm_tool.py and nccl_tool.py.
+  nvdeploy/sim/datacenter.py, dcgm_tool.py and nccl_tool.py; the MIG faults (``mig_drift:<GPU>``,
+  ``vm_passthrough``) in nvdeploy/sim/mig_tool.py; the GPUDirect rail faults (``rail_slow:<NIC>:<PCT>``,
+  ``rail_down:<NIC>``) in nvdeploy/sim/perf.py.
 """
 
 from __future__ import annotations
@@ -235,6 +237,8 @@ class SimGpu:
     ecc_enabled: bool = True
     mig_capable: bool = True
     mig_enabled: bool = False
+    # The MIG mode the next reset or reboot activates, where it differs from the current one (sim/mig_tool.py).
+    mig_pending: bool | None = None
     dram_uncorrectable_volatile: int = 0
     dram_uncorrectable_aggregate: int = 0
     remapped_rows_correctable: int = 0

@@ -205,7 +205,8 @@ def _gpu_node(facts: NodeFacts, gpu: SimGpu) -> Node:
         ("display_active", "Disabled"),
         ("persistence_mode", _enabled(gpu.persistence)),
         ("addressing_mode", "None"),
-        ("mig_mode", [("current_mig", mig), ("pending_mig", mig)]),
+        ("mig_mode", [("current_mig", mig), ("pending_mig", _enabled(gpu.mig_pending) if gpu.mig_capable and
+                                                 gpu.mig_pending is not None else mig)]),
         ("mig_devices", _Text("None")),
         ("accounting_mode", "Disabled"),
         ("accounting_mode_buffer_size", "4000"),

@@ -1,10 +1,11 @@
 """nvidia-smi on stateful simulated nodes: the settings nvdeploy optimize changes, and the queries that read them.
 
-``-pm``, ``-c``, ``-ac``, ``-rac``, ``-pl``, ``-mig`` (root only, like the real tool: ``Insufficient Permissions``,
-exit 4), ``--query-compute-apps``, and ``--query-gpu`` with ``compute_mode``, ``clocks.applications.*``,
+``-pm``, ``-c``, ``-ac``, ``-rac``, ``-pl``, ``-mig``, ``-r`` (root only, like the real tool: ``Insufficient
+Permissions``, exit 4), ``--query-compute-apps``, and ``--query-gpu`` with ``compute_mode``, ``clocks.applications.*``,
 ``clocks.default_applications.*``, ``clocks.max.*``, ``power.*``. A setting applies to every GPU of the node
-(``-i`` is accepted and ignored). Everything else nvidia-smi prints comes from nvdeploy/sim/tools.py, fed the facts
-the state implies (scenario.FACT_FILTERS).
+(``-i`` is accepted and ignored), but for ``-mig`` and ``-r`` (the GPUs ``-i`` names: per-GPU MIG mode and reset)
+and the ``nvidia-smi mig`` subcommand, both in nvdeploy/sim/mig_tool.py. Everything else nvidia-smi prints comes
+from nvdeploy/sim/tools.py, fed the facts the state implies (scenario.FACT_FILTERS).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 from collections.abc import Sequence
 from typing import Optional
 
+from nvdeploy.sim import mig_tool
 from nvdeploy.sim import state as st
 from nvdeploy.sim.scenario import NodeScenario, node_facts
 from nvdeploy.sim.systools import STATE_TOOLS, _not_found, _root, _text
@@ -25,7 +27,7 @@ COMPUTE_MODES = {"0": "Default", "DEFAULT": "Default", "2": "Prohibited", "PROHI
 _SMI_SETTINGS = {"-pm": "pm", "--persistence-mode": "pm", "-c": "c", "--compute-mode": "c", "-ac": "ac",
                  "--applications-clocks": "ac", "-pl": "pl", "--power-limit": "pl", "-mig": "mig",
                  "--multi-instance-gpu": "mig"}
-_SMI_FLAGS = {"-rac": "rac", "--reset-applications-clocks": "rac"}
+_SMI_FLAGS = {"-rac": "rac", "--reset-applications-clocks": "rac", "-r": "r", "--gpu-reset": "r"}
 STATE_FIELDS = {
     "compute_mode", "clocks.applications.graphics", "clocks.applications.gr", "clocks.applications.memory",
     "clocks.applications.mem", "clocks.default_applications.graphics", "clocks.default_applications.gr",
@@ -56,7 +58,7 @@ def _parse_smi(args: Sequence[str]) -> Optional[dict[str, str]]:
         else:
             return None
         i += 1
-    settings = {"pm", "c", "ac", "pl", "mig", "rac"} & set(parsed)
+    settings = {"pm", "c", "ac", "pl", "mig", "rac", "r"} & set(parsed)
     if settings or "query-compute-apps" in parsed:
         return parsed
     query = parsed.get("query-gpu")
@@ -113,7 +115,8 @@ def _field(scenario: NodeScenario, state: st.NodeState, gpu: object, name: str, 
         "power.limit": lambda: watts(limit), "enforced.power.limit": lambda: watts(limit),
         "power.default_limit": lambda: watts(high), "power.min_limit": lambda: watts(low),
         "power.max_limit": lambda: watts(high),
-        "mig.mode.pending": lambda: ("Enabled" if gpu.mig_enabled else "Disabled")  # type: ignore[attr-defined]
+        "mig.mode.pending": lambda: ("Enabled" if (gpu.mig_enabled if gpu.mig_pending is None  # type: ignore
+                                                   else gpu.mig_pending) else "Disabled")
         if gpu.mig_capable else "[N/A]",  # type: ignore[attr-defined]
     }
     if name in table:
@@ -140,6 +143,8 @@ def _header(name: str, units: bool) -> str:
 
 def nvidia_smi(scenario: NodeScenario, args: Sequence[str]) -> Optional[tuple[ToolOutput, bool]]:
     """(output, changed) when this module answers the call; None for the normal nvidia-smi."""
+    if args[:1] == ["mig"]:
+        return _mig(scenario, args[1:])
     parsed = _parse_smi(args)
     involved = st.involved(scenario)
     if parsed is not None and "state_query" in parsed and not involved:
@@ -177,7 +182,7 @@ def nvidia_smi(scenario: NodeScenario, args: Sequence[str]) -> Optional[tuple[To
         return _text("".join(line + "\n" for line in lines)), False
     if not _root():
         names = {"pm": "persistence mode", "c": "compute mode", "ac": "applications clocks",
-                 "rac": "applications clocks", "pl": "power limit", "mig": "MIG mode"}
+                 "rac": "applications clocks", "pl": "power limit", "mig": "MIG mode", "r": "GPU reset"}
         what = names[next(k for k in names if k in parsed)]
         return _text(f"Unable to set {what} for GPU {gpus[0].bus_id}: Insufficient Permissions\n"
                      "Terminating early due to previous errors.\n", rc=4), False
@@ -185,6 +190,30 @@ def nvidia_smi(scenario: NodeScenario, args: Sequence[str]) -> Optional[tuple[To
 
 
 STATE_TOOLS["nvidia-smi"] = nvidia_smi
+
+
+def _mig(scenario: NodeScenario, args: Sequence[str]) -> tuple[ToolOutput, bool]:
+    """``nvidia-smi mig ...`` (nvdeploy/sim/mig_tool.py), once the driver answers at all."""
+    state = st.current(scenario)
+    status = st.driver_status(scenario, state)
+    if status == "missing":
+        return _not_found("nvidia-smi"), False
+    if status == "mismatch":
+        return _text("Failed to initialize NVML: Driver/library version mismatch\n", rc=18), False
+    if status != "ok" or not node_facts(scenario).driver_loaded:
+        from nvdeploy.sim.tools import DRIVER_MISSING_MESSAGE
+
+        return _text(DRIVER_MISSING_MESSAGE, rc=9), False
+    return mig_tool.mig_command(scenario, args, _root())
+
+
+def _chosen(gpus: list, parsed: dict[str, str]) -> Optional[list]:
+    if "i" not in parsed:
+        return gpus
+    words = parsed["i"].split(",")
+    if not all(w.strip().isdigit() and int(w) < len(gpus) for w in words):
+        return None
+    return [gpus[int(w)] for w in words]
 
 
 def _smi_set(scenario: NodeScenario, state: st.NodeState, gpus: list,
@@ -231,18 +260,29 @@ def _smi_set(scenario: NodeScenario, state: st.NodeState, gpus: list,
         before = state.power_limit_w if state.power_limit_w is not None else high
         new.power_limit_w = None if watts == high else watts
         lines += [f"Power limit for GPU {g.bus_id} was set to {watts:.2f} W from {before:.2f} W." for g in gpus]
+    chosen = _chosen(gpus, parsed)
+    if chosen is None:
+        return _text(f"No GPU found with the given ID {parsed['i']}.\n", rc=6), False
+    mig_changed = False
     if "mig" in parsed:
         if parsed["mig"] not in ("0", "1"):
             return _text("Invalid MIG mode value.\n", rc=2), False
-        if gpus and not gpus[0].mig_capable:
-            return _text(f"Unable to enable MIG Mode for GPU {gpus[0].bus_id}: Not Supported\n", rc=3), False
-        if state.gpu_processes:
-            return _text(f"Unable to enable MIG Mode for GPU {gpus[0].bus_id}: In use by another client\n",
+        if chosen and not chosen[0].mig_capable:
+            return _text(f"Unable to enable MIG Mode for GPU {chosen[0].bus_id}: Not Supported\n", rc=3), False
+        if any(mig_tool.busy(state, g) for g in chosen):
+            return _text(f"Unable to enable MIG Mode for GPU {chosen[0].bus_id}: In use by another client\n",
                          rc=255), False
         on = parsed["mig"] == "1"
-        new.mig_enabled = on
-        lines += [f"{'Enabled' if on else 'Disabled'} MIG Mode for GPU {g.bus_id}" for g in gpus]
-    mutated = new.to_json() != state.to_json()
+        if "i" not in parsed:
+            new.mig_enabled = on
+        done, problem, mig_changed = mig_tool.set_mode(scenario, chosen, on)
+        if problem:
+            return _text(problem + "\n", rc=255), False
+        lines += done
+    if "r" in parsed:
+        text, rc, reset = mig_tool.reset(scenario, chosen)
+        return _text(text, rc=rc), reset
+    mutated = new.to_json() != state.to_json() or mig_changed
     if mutated:
         with st.mutate(scenario) as changed:
             for key in ("persistence_pm", "compute_mode", "app_clocks", "power_limit_w", "mig_enabled"):

@@ -267,22 +267,44 @@ def perftest_text(scenario: NodeScenario, hca: str, gpu: int, bw: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+# A port that is not Active: perftest's set_link_layer() then check_link() and main() (perftest_resources.c,
+# ib_write_bw.c), exit 1 before any connection; the same three lines appear in public logs of a Down port.
+PORT_DOWN_STDERR = " Port number 1 state is Down\n Couldn't set the link layer\n Couldn't get context for the device\n"
+# The client when no server listens (its rail's server exited at once): ethernet_client_connect() and
+# establish_connection() in perftest_communication.c, then main(); the second message has no newline of its own,
+# as in public captures ("... socket connection Unable to init the socket connection").
+REFUSED_STDERR = ("Couldn't connect to {server}:{port}\nUnable to open file descriptor for socket connection "
+                  "Unable to init the socket connection\n")
+DEFAULT_PORT = 18515
+
+
+def _arg(args: Sequence[str], flag: str, default: str) -> str:
+    return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else default
+
+
 @register_tool("ib_write_bw")
 def _ib_write_bw(scenario: NodeScenario, args: Sequence[str]) -> ToolOutput:
     """Server (no address) or client (the server's address last); both sides print the table."""
     if scenario.has("perftest_missing"):
         return ToolOutput(b"", b"sh: 1: ib_write_bw: not found\n", 127)
     args = list(args)
-    hca = args[args.index("-d") + 1] if "-d" in args and args.index("-d") + 1 < len(args) else "mlx5_0"
+    hca = _arg(args, "-d", "mlx5_0")
+    port = _arg(args, "-p", str(DEFAULT_PORT))
     gpu = next((int(a.split("=", 1)[1]) for a in args if a.startswith("--use_cuda=")), 0)
-    server = args[-1] if args and not args[-1].startswith("-") and args[-2:-1] != ["-D"] else None
+    server = args[-1] if args and not args[-1].startswith("-") and args[-2:-1] not in (["-D"], ["-p"]) else None
+    peer = _peer_faults(scenario, server) if server is not None else ()
+    if hca in perf.rails_down(scenario.faults):
+        return ToolOutput(b"", PORT_DOWN_STDERR.encode(), 1)
+    if server is not None and hca in perf.rails_down(peer):
+        # The server's port on this rail is down: it exited before listening, so nothing answers on its port.
+        return ToolOutput(b"", REFUSED_STDERR.format(server=server, port=port).encode(), 1)
     ib = scenario.hardware.extra.get("ib") or {}
     rate = float(ib.get("rate_gbps", 100))
-    slow = scenario.has("gpudirect_slow") or (server is not None and "gpudirect_slow" in _peer_faults(scenario,
-                                                                                                       server))
-    # A pair goes at its slower member's pace (sim/perf.py: this node's factor, the peer's slower:<PCT>).
-    pace = min(perf.factor(scenario.name, scenario.faults),
-               perf.slower_factor(_peer_faults(scenario, server)) if server is not None else 1.0)
+    slow = scenario.has("gpudirect_slow") or (server is not None and "gpudirect_slow" in peer)
+    # A pair goes at its slower member's pace (sim/perf.py: this node's factor and rail, the peer's slower:<PCT> and
+    # the same rail's rail_slow: a rail-optimised fabric joins NIC k of every node).
+    pace = min(perf.factor(scenario.name, scenario.faults) * perf.rail_factor(scenario.faults, hca),
+               perf.slower_factor(peer) * perf.rail_factor(peer, hca) if server is not None else 1.0)
     bw = round(rate * (SLOW_FRACTION if slow else GPUDIRECT_FRACTION) * pace, 2)
     return ToolOutput(perftest_text(scenario, hca, gpu, bw).encode())
 

@@ -3,8 +3,8 @@
 A simulated node is pure data (:class:`~nvdeploy.sim.scenario.NodeScenario`) plus, from here, a :class:`NodeState`:
 OS release and kernel, packages installed, files nvdeploy wrote (repository lists, module configs, markers),
 systemd units (enabled, active), kernel modules loaded and the driver version they carry, persistence mode,
-compute mode, application clocks, power limit, MIG mode, CPU governor, reboot count. The fake package,
-service and GPU tools (:mod:`nvdeploy.sim.systools`) read and change it; :func:`apply_to_facts` (a fact
+compute mode, application clocks, power limit, MIG mode and instances per GPU, CPU governor, reboot count. The
+fake package, service and GPU tools (:mod:`nvdeploy.sim.systools`) read and change it; :func:`apply_to_facts` (a fact
 filter of :func:`nvdeploy.sim.scenario.node_facts`) makes the fake ``nvidia-smi``, NVML probe and kernel log
 report it.
 
@@ -122,6 +122,8 @@ class NodeState:
     app_clocks: Optional[list[int]] = None
     power_limit_w: Optional[float] = None
     mig_enabled: Optional[bool] = None
+    # GPU index -> its MIG mode (current, pending) and instances (nvdeploy/sim/mig_tool.py).
+    mig_gpus: dict[str, dict[str, Any]] = field(default_factory=dict)
     governor: str = DEFAULT_GOVERNOR
     boots: int = 1
     gpu_processes: int = 0
@@ -529,7 +531,13 @@ def _apply_state(scenario: NodeScenario, facts: NodeFacts) -> NodeFacts:
 
     def tune(gpu: Any) -> Any:
         mig = gpu.mig_enabled if state.mig_enabled is None or not gpu.mig_capable else state.mig_enabled
-        return replace(gpu, persistence=persistence and status == "ok", power_limit_w=power, mig_enabled=mig)
+        pending = None
+        entry = state.mig_gpus.get(str(gpu.index)) if gpu.mig_capable else None
+        if entry is not None:
+            mig, pending = bool(entry["current"]), (bool(entry["pending"]) if entry["pending"] != entry["current"]
+                                                    else None)
+        return replace(gpu, persistence=persistence and status == "ok", power_limit_w=power, mig_enabled=mig,
+                       mig_pending=pending)
 
     changes["gpus"] = tuple(tune(g) for g in facts.gpus)
     changes["pci_gpus"] = tuple(tune(g) for g in facts.pci_gpus)

@@ -174,6 +174,9 @@ def boot(scenario: NodeScenario, state: st.NodeState) -> None:
     state.power_limit_w = None
     state.governor = st.DEFAULT_GOVERNOR
     state.gpu_processes = 0
+    from nvdeploy.sim.mig_tool import at_boot
+
+    at_boot(state)
 
 
 @_tool("reboot")

@@ -106,9 +106,11 @@ def test_gpudirect_pairs_over_ssh(ssh_cluster_factory, tmp_path: Path):
            if f.verdict is not Verdict.PASS]
     assert verdicts == {"g1": Verdict.PASS, "g2": Verdict.PASS, "g3": Verdict.PASS, "g4": Verdict.FAIL}, why
     slow = [f for f in outcome.run.nodes[3].findings if f.check == "rdma.gpudirect"]
-    assert [f.summary.split(":")[0] for f in slow] == ["g3 -> g4", "g1 -> g4"]  # its pair, then the re-test
+    assert [f.summary.split(" rail ")[0] for f in slow] == ["g3 -> g4", "g1 -> g4"]  # its pair, then the re-test
+    # Without rdma.rails there is no rail map: the default rail only, and each finding says so.
+    assert all("rail GPU0 mlx5_0 port 1 [no rail map: the default rail only]" in f.summary for f in slow)
     assert all((f.verdict, f.observed, f.expected) == (Verdict.FAIL, 180.0, ">= 320") for f in slow)
-    evidence = sorted((outcome.run_dir / "evidence" / "_cluster").glob("gpudirect_*_g3-g4_client.out"))
+    evidence = sorted((outcome.run_dir / "evidence" / "_cluster").glob("gpudirect_*_g3-g4_mlx5_0_client.out"))
     assert evidence and "BW average[Gb/sec]" in evidence[0].read_text()
 
 

@@ -37,8 +37,10 @@ def outcome(tmp_path_factory):
 
 
 def named(outcome, figure_words: str) -> dict[str, list]:
-    return {n.name: sorted((f.gpu, f.verdict.value) for f in n.findings
-                           if f.check == "fleet.performance" and figure_words in f.summary)
+    # A node-wide figure has no GPU (None, first), a per-GPU or per-rail one its GPU.
+    return {n.name: sorted(((f.gpu, f.verdict.value) for f in n.findings
+                            if f.check == "fleet.performance" and figure_words in f.summary),
+                           key=lambda item: (item[0] is not None, item[0] or 0, item[1]))
             for n in outcome.run.nodes
             if any(f.check == "fleet.performance" and figure_words in f.summary for f in n.findings)}
 
@@ -69,6 +71,8 @@ def test_the_hot_gpu_warns_against_its_slot_and_nothing_else_does(outcome):
 def test_gpudirect_names_the_slower_node_not_its_partner(outcome):
     rdma = named(outcome, "GPUDirect RDMA write bandwidth")
     assert set(rdma) == {"gpu08"}, rdma
+    # Its best figure and each of its 8 rails against the same rail of the others (slower:94 slows them all).
+    assert [gpu for gpu, _ in rdma["gpu08"]] == [None, *range(8)], rdma
     figures = {n.name: n.facts.get("rdma_gpudirect_gbps") for n in outcome.run.nodes}
     assert all(isinstance(v, float) for v in figures.values()), figures
     partner = next(f.summary for f in outcome.run.cluster_findings if f.check == "rdma.gpudirect"

@@ -25,7 +25,7 @@ FRAGMENTS = REAL / "fragments"  # pasted pieces, named "<format>-..."
 
 def _format_of(path: Path) -> str:
     if path.parent.name == "fragments":
-        return next(f for f in ("dcgmi-diag", "dcgmi-discovery") if path.name.startswith(f + "-"))
+        return next(f for f in ("dcgmi-diag", "dcgmi-discovery", "nvidia-smi-topo") if path.name.startswith(f + "-"))
     return FOLDER_FORMAT.get(path.parent.name, path.parent.name)
 # Keys the issue requires per format ("null where the input does not say").
 REQUIRED = {

@@ -62,8 +62,36 @@ OLD_DRIVER_MLX_COLUMNS = (
 )
 
 
+# Captures with NIC rows (8-12 NICs): GPUs, NIC columns, the NIC Legend's size, and cells that show the pairing.
+NIC_EXPECT: dict[str, dict[str, Any]] = {
+    "8xA100-SXM4-40GB-dgx-NIC0-9-legend-PXB-pairs-storage-NICs-525.105.17-tabs.txt": {
+        "nics": 10, "legend": 10, "cells": {("GPU1", "NIC0"): "PXB", ("GPU0", "NIC8"): "SYS", ("NIC8", "NIC9"): "PIX"}},
+    "8xA100-dgx-mlx5_0-11-columns-no-nic-legend-PXB-pairs-storage-PIX-pairs-tabs.txt": {
+        "nics": 12, "legend": 0, "cells": {("GPU4", "mlx5_6"): "PXB", ("mlx5_11", "mlx5_10"): "PIX"}},
+    "8xH100-topo-mp-NIC0-11-legend-gpu0-gpu4-three-PIX-nics-dell-tabs.txt": {
+        "nics": 12, "legend": 12,
+        "cells": {("GPU0", "NIC2"): "PIX", ("GPU0", "GPU1"): "NODE", ("GPU7", "NIC11"): "PIX"}},
+    "8xHopper-NV18-NIC0-11-legend-single-numa-0-191-gpu3-NIC5-bond-nic-pairs-tabs.txt": {
+        "nics": 12, "legend": 12,
+        "cells": {("GPU3", "NIC5"): "PIX", ("GPU3", "NIC3"): "NODE", ("NIC3", "NIC4"): "PIX"}},
+}
+
+
 def test_every_fixture_has_expectations() -> None:
-    assert sorted(p.name for p in TOPO_DIR.iterdir()) == sorted(EXPECT)
+    assert sorted(p.name for p in TOPO_DIR.iterdir()) == sorted([*EXPECT, *NIC_EXPECT])
+
+
+@pytest.mark.parametrize("name", sorted(NIC_EXPECT))
+def test_real_topo_with_nics(name: str) -> None:
+    expected = NIC_EXPECT[name]
+    facts = parse_topo((TOPO_DIR / name).read_text(encoding="utf-8"))
+    assert facts.warnings == ()
+    assert facts.gpus == GPUS8 and len(facts.nics) == expected["nics"] and len(facts.nic_names) == expected["legend"]
+    assert sorted(facts.matrix) == sorted((*facts.gpus, *facts.nics))
+    for (row, column), cell in expected["cells"].items():
+        assert facts.matrix[row][column] == cell and facts.matrix[column][row] == cell
+    assert all(facts.matrix[d][d] == "X" for d in (*facts.gpus, *facts.nics))
+    assert sorted(facts.affinity) == list(GPUS8)  # NIC rows have no affinity cells
 
 
 @pytest.mark.parametrize("name", sorted(EXPECT))

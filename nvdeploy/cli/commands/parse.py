@@ -8,8 +8,9 @@ Never a traceback: a parser bug becomes a warning.
 ``"verdicts"``: the capture is the node's collector output and goes through validate's own evaluation
 (nvdeploy/runner/evaluate.py), so a whole capture gets the findings validate would give it. A check runs when its
 evidence is in the paste (one it reads only to say more, such as nvlink.fabric's time since boot, may be absent:
-the finding says so). perftest output is judged as the GPUDirect RDMA pair run judges it; MIG layouts
-(``nvidia-smi mig -lgip`` / ``-lgi``) are read, and ``parse.unjudged`` says no check judges them yet. A section,
+the finding says so). perftest output is judged as the GPUDirect RDMA pair run judges it; MIG listings
+(``nvidia-smi mig -lgip`` / ``-lgi`` / ``-lci``) are read, and ``parse.unjudged`` says no check judges them without
+a layout (gpu.mig compares them with the host's ``mig_config`` in validate). A section,
 cell or column that pasted ``-q`` text, the default table or CSV does not print is SKIP "not in the pasted
 text", whatever its header says.
 
@@ -309,9 +310,9 @@ def parse_command(fmt: str, file: str, verdicts: bool, profile_name: Optional[st
     """Parse FILE (a captured tool output; '-' for stdin) as FORMAT and print the facts as JSON.
 
     FORMAT: nvidia-smi-xml, nvidia-smi-text, nvidia-smi-csv, nvidia-smi-topo, nvidia-smi-nvlink, nvidia-smi-mig
-    (mig -lgip / -lgi), dcgmi-diag, dcgmi-discovery, dcgmi-health, nccl-tests, ibstat, kmsg, nvbandwidth, perftest
-    (ib_write_bw), dcgmi-mndiag (--json), nvloom (nvloom_cli), nvidia-imex-ctl (-q, -N, -N -j), or auto (detected
-    from the content). A pasted piece (no header) FAILs what it shows and leaves
+    (mig -lgip / -lgi / -lci), dcgmi-diag, dcgmi-discovery, dcgmi-health, nccl-tests, ibstat, kmsg, nvbandwidth,
+    perftest (ib_write_bw), dcgmi-mndiag (--json), nvloom (nvloom_cli), nvidia-imex-ctl (-q, -N, -N -j), or auto
+    (detected from the content). A pasted piece (no header) FAILs what it shows and leaves
     the rest SKIP, never PASS; what pasted text does not print is SKIP "not in the pasted text". On a terminal,
     --verdicts prints a short summary (--json for the JSON). Exit 0 even when the content shows failures; 2 when
     FORMAT is unknown or FILE unreadable.

@@ -92,6 +92,12 @@ def _fact(value, convert=None):
     return convert(value)
 
 
+def _device_id(pci):
+    """nvmlPciInfo_t.pciDeviceId (device << 16 | vendor) as nvidia-smi prints it: 0x233010DE."""
+    value = getattr(pci, "pciDeviceId", None)
+    return f"0x{value:08X}" if isinstance(value, int) else None
+
+
 def _gpu(nvml, index):
     handle = _try(nvml, "nvmlDeviceGetHandleByIndex", index)
     if not _ok(handle):
@@ -210,6 +216,7 @@ def _gpu_facts(nvml, index, handle):
         "uuid": _fact(_try(nvml, "nvmlDeviceGetUUID", handle), _text),
         "serial": _fact(_try(nvml, "nvmlDeviceGetSerial", handle), _text),
         "pci_bus_id": _fact(pci, lambda p: _text(p.busId)),
+        "pci_device_id": _fact(pci, _device_id),
         "persistence_mode": _fact(persistence, lambda v: v == enabled),
         "ecc_mode": _fact(ecc, lambda v: v[0] == enabled),
         "ecc_uncorrectable_volatile": _fact(_try(nvml, "nvmlDeviceGetTotalEccErrors", handle, uncorrected,

@@ -63,6 +63,15 @@ def _clean(value: str | None) -> str | None:
     return None if v.lower() in NA_VALUES else v
 
 
+def _pci_id(value: str | None) -> str | None:
+    """A PCI device ID as ``0x233010DE`` whichever way the source writes it (XML: ``233010DE``, -q: ``0x233010DE``)."""
+    v = _clean(value)
+    if v is None:
+        return None
+    digits = v[2:] if v.lower().startswith("0x") else v
+    return "0x" + digits.upper() if re.fullmatch(r"[0-9A-Fa-f]{8}", digits) else None
+
+
 def _error(value: str | None) -> str | None:
     """NVML's error name when ``value`` is nvidia-smi's text for a failed read (``[Unknown Error]``...)."""
     if value is None:
@@ -204,6 +213,7 @@ _TREE_FIELDS: tuple[tuple[str, Callable[[str | None], Any], tuple[str, ...]], ..
     ("uuid", _clean, ("uuid", "gpu_uuid")),
     ("serial", _clean, ("serial", "serial_number")),
     ("pci_bus_id", _clean, ("pci/pci_bus_id", "pci/bus_id")),
+    ("pci_device_id", _pci_id, ("pci/pci_device_id", "pci/device_id")),
     ("persistence_mode", _bool, ("persistence_mode",)),
     ("ecc_mode", _bool, ("ecc_mode/current_ecc", "ecc_mode/current")),
     ("remapped_rows_pending", _bool, ("remapped_rows/remapped_row_pending", "remapped_rows/pending")),

@@ -17,6 +17,7 @@ class GpuFacts:
     uuid: str | None = None
     serial: str | None = None
     pci_bus_id: str | None = None
+    pci_device_id: str | None = None  # 0x233010DE: device and vendor (MIG layouts' device-filter)
     persistence_mode: bool | None = None
     ecc_mode: bool | None = None
     ecc_uncorrectable_volatile: int | None = None
